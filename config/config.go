@@ -1,0 +1,175 @@
+// Package config holds pdlb's configuration: the struct every other package
+// reads, its defaults, loading (YAML file → PDLB_* environment → flags) and
+// validation with errors that name the offending key.
+package config
+
+import "time"
+
+// Config is the whole of pdlb's configuration. Every field documents its
+// default; Default() is the one place defaults are set.
+type Config struct {
+	Server    Server    `koanf:"server"`
+	Prefill   []Prefill `koanf:"prefill"`
+	Decode    []Decode  `koanf:"decode"`
+	Timeouts  Timeouts  `koanf:"timeouts"`
+	Limits    Limits    `koanf:"limits"`
+	Log       Log       `koanf:"log"`
+	Bootstrap Bootstrap `koanf:"bootstrap"`
+	Breaker   Breaker   `koanf:"breaker"`
+	Retry     Retry     `koanf:"retry"`
+	Health    Health    `koanf:"health"`
+	Admin     Admin     `koanf:"admin"`
+	Metrics   Metrics   `koanf:"metrics"`
+}
+
+// Server is the client-facing listener.
+type Server struct {
+	// Host to listen on. Default "0.0.0.0".
+	Host string `koanf:"host"`
+	// Port to listen on. Default 8000.
+	Port int `koanf:"port"`
+	// ReadTimeout bounds reading one request (headers and body). Default 60s.
+	ReadTimeout time.Duration `koanf:"read_timeout"`
+	// WriteTimeout bounds each write to the client (renewed per streamed event). Default 60s.
+	WriteTimeout time.Duration `koanf:"write_timeout"`
+	// IdleTimeout closes keep-alive client connections idle this long. Default 120s.
+	IdleTimeout time.Duration `koanf:"idle_timeout"`
+	// MaxHeaderBytes caps the request header size. Default 16384.
+	MaxHeaderBytes int `koanf:"max_header_bytes"`
+	// APIKey, when set, requires "Authorization: Bearer <key>" on serving routes. Default "" (off).
+	APIKey string `koanf:"api_key"`
+	// ShutdownGrace is how long in-flight requests may finish after SIGTERM. Default 30s.
+	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
+}
+
+// Prefill is one prefill engine.
+type Prefill struct {
+	// URL of the engine's HTTP server, e.g. "http://10.0.0.1:30000". Required.
+	URL string `koanf:"url"`
+	// BootstrapPort is the KV bootstrap port; nil means JSON null (the decode
+	// uses its own default). Default nil.
+	BootstrapPort *int `koanf:"bootstrap_port"`
+}
+
+// Decode is one decode engine.
+type Decode struct {
+	// URL of the engine's HTTP server. Required.
+	URL string `koanf:"url"`
+}
+
+// Timeouts bound each leg of a request.
+type Timeouts struct {
+	// Connect bounds dialing a backend. Default 3s.
+	Connect time.Duration `koanf:"connect"`
+	// PrefillFirstByte bounds the wait for the prefill's response headers. Default 300s.
+	PrefillFirstByte time.Duration `koanf:"prefill_first_byte"`
+	// DecodeFirstByte bounds the wait for the decode's first byte (the whole
+	// answer for non-streaming requests, the first event for streams). Default 600s.
+	DecodeFirstByte time.Duration `koanf:"decode_first_byte"`
+	// DecodeIdle bounds the gap between two stream chunks from the decode. Default 60s.
+	DecodeIdle time.Duration `koanf:"decode_idle"`
+	// Request bounds the whole request, streams included. Default 1800s.
+	Request time.Duration `koanf:"request"`
+}
+
+// Limits protect pdlb and the backends.
+type Limits struct {
+	// MaxBodyBytes is the largest accepted request body. Default 67108864 (64 MiB).
+	MaxBodyBytes int `koanf:"max_body_bytes"`
+	// MaxConcurrentRequests caps requests in flight; 0 means no cap. Default 0.
+	MaxConcurrentRequests int `koanf:"max_concurrent_requests"`
+	// QueueSize is how many requests may wait for a slot when the cap is reached. Default 100.
+	QueueSize int `koanf:"queue_size"`
+	// QueueTimeout bounds the wait in that queue. Default 30s.
+	QueueTimeout time.Duration `koanf:"queue_timeout"`
+}
+
+// Log configures zerolog.
+type Log struct {
+	// Level: trace, debug, info, warn, error. Default "info".
+	Level string `koanf:"level"`
+	// Format: "json" or "console". Default "json".
+	Format string `koanf:"format"`
+}
+
+// Bootstrap configures the KV bootstrap registry.
+type Bootstrap struct {
+	// Mode: "embedded" (pdlb serves the registry on every prefill bootstrap_port)
+	// or "external" (prefills run their own; pdlb polls them). Default "embedded".
+	Mode string `koanf:"mode"`
+	// AdvertiseHost is the host engines reach pdlb's registry on; injected as
+	// bootstrap_host in embedded mode. Default "127.0.0.1".
+	AdvertiseHost string `koanf:"advertise_host"`
+	// ListenHost is the address the embedded registry binds. Default "0.0.0.0".
+	ListenHost string `koanf:"listen_host"`
+	// AuthToken, when set, requires "Authorization: Bearer <token>" on registry writes. Default "".
+	AuthToken string `koanf:"auth_token"`
+	// ExtendedSentinel adds the newer sentinel keys (enable_dsa_cache_layer_split,
+	// prefill_http_port, target_*/required_*) that decodes before 2026-07-09 reject. Default false.
+	ExtendedSentinel bool `koanf:"extended_sentinel"`
+	// DPRankTTL is how long /register_dp_rank entries live. Default 120s.
+	DPRankTTL time.Duration `koanf:"dp_rank_ttl"`
+	// InfoWait bounds the slow path that waits for a prefill's parallel info. Default 5s.
+	InfoWait time.Duration `koanf:"info_wait"`
+	// PollInterval is how often external mode polls a registry that is not ready yet. Default 1s.
+	PollInterval time.Duration `koanf:"poll_interval"`
+	// LookupAttempts and LookupInterval bound retries of 503 "not ready" answers. Default 20 × 1s.
+	LookupAttempts int           `koanf:"lookup_attempts"`
+	LookupInterval time.Duration `koanf:"lookup_interval"`
+}
+
+// Breaker configures one circuit breaker per backend.
+type Breaker struct {
+	// Enabled turns breakers on. Default true.
+	Enabled bool `koanf:"enabled"`
+	// ConsecutiveFailures trips the breaker after this many failures in a row (0 = rule off). Default 5.
+	ConsecutiveFailures uint32 `koanf:"consecutive_failures"`
+	// FailureRatio trips the breaker when failures/requests in the window reach it (0 = rule off). Default 0.5.
+	FailureRatio float64 `koanf:"failure_ratio"`
+	// MinRequests is the least number of requests in the window before FailureRatio applies. Default 20.
+	MinRequests uint32 `koanf:"min_requests"`
+	// Window is the rolling window for the ratio rule. Default 60s.
+	Window time.Duration `koanf:"window"`
+	// OpenTimeout is how long an open breaker refuses before going half-open. Default 30s.
+	OpenTimeout time.Duration `koanf:"open_timeout"`
+	// HalfOpenMaxRequests bounds the probes admitted while half-open. Default 1.
+	HalfOpenMaxRequests uint32 `koanf:"half_open_max_requests"`
+}
+
+// Retry configures retries before the first byte reached the client.
+type Retry struct {
+	// MaxAttempts counts every attempt, the first included; 1 disables retries. Default 3.
+	MaxAttempts int `koanf:"max_attempts"`
+	// Initial backoff before the second attempt. Default 50ms.
+	Initial time.Duration `koanf:"initial"`
+	// Max caps the backoff. Default 2s.
+	Max time.Duration `koanf:"max"`
+}
+
+// Health configures active health checks (GET /health on every backend).
+type Health struct {
+	// Interval between checks; 0 disables active checks. Default 5s.
+	Interval time.Duration `koanf:"interval"`
+	// Timeout of one check. Default 2s.
+	Timeout time.Duration `koanf:"timeout"`
+	// FailThreshold consecutive failures mark a backend unhealthy. Default 3.
+	FailThreshold int `koanf:"fail_threshold"`
+	// PassThreshold consecutive successes mark it healthy again. Default 2.
+	PassThreshold int `koanf:"pass_threshold"`
+}
+
+// Admin is the operator listener (/workers, pprof).
+type Admin struct {
+	// Host to listen on. Default "127.0.0.1".
+	Host string `koanf:"host"`
+	// Port of the admin listener; 0 disables it. Default 8001.
+	Port int `koanf:"port"`
+	// APIKey, when set, requires "Authorization: Bearer <key>". Default "".
+	APIKey string `koanf:"api_key"`
+}
+
+// Metrics configures Prometheus exposition.
+type Metrics struct {
+	// Enabled serves /metrics on the serving port. Default true.
+	Enabled bool `koanf:"enabled"`
+}

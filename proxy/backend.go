@@ -1,0 +1,152 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Role is a backend's part in a PD request.
+type Role uint8
+
+const (
+	// Prefill engines compute the prompt's KV cache.
+	Prefill Role = iota + 1
+	// Decode engines pull the KV cache and generate tokens.
+	Decode
+)
+
+func (r Role) String() string {
+	if r == Prefill {
+		return "prefill"
+	}
+	return "decode"
+}
+
+// Backend is one engine: its address, its connections, its breaker and the
+// counters selection and the admin API read.
+type Backend struct {
+	// URL as configured, e.g. "http://10.0.0.1:30000".
+	URL  string
+	Role Role
+	// Host is the URL's host as engines expect it in bootstrap_host:
+	// lower-cased, IPv6 in brackets ("[::1]").
+	Host string
+	// BootstrapPort is the prefill's KV bootstrap port; nil is sent as JSON null.
+	BootstrapPort *int
+	// BootstrapAddr keys the registry directory ("host:port" as decodes dial it);
+	// empty for decodes and when the registry is not consulted.
+	BootstrapAddr string
+
+	hostHeader string
+	up         *upstream
+	// plain serves the non-PD routes (info, broadcast, health checks).
+	plain   *fasthttp.HostClient
+	breaker *Breaker
+
+	inflight atomic.Int64
+	selected atomic.Uint64
+	draining atomic.Bool
+	// unhealthy is set by active health checks.
+	unhealthy atomic.Bool
+}
+
+// NewBackend parses rawURL and prepares the backend's connection pool.
+func NewBackend(rawURL string, role Role, dialTimeout time.Duration) (*Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s url %q: %w", role, rawURL, err)
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("%s url %q: only http:// backends are supported", role, rawURL)
+	}
+	hostname := strings.ToLower(u.Hostname())
+	if hostname == "" {
+		return nil, fmt.Errorf("%s url %q: no host", role, rawURL)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	b := &Backend{
+		URL:        strings.TrimRight(rawURL, "/"),
+		Role:       role,
+		Host:       bracketIPv6(hostname),
+		hostHeader: u.Host,
+		up:         newUpstream(net.JoinHostPort(hostname, port), dialTimeout),
+	}
+	b.plain = &fasthttp.HostClient{
+		Addr:                net.JoinHostPort(hostname, port),
+		MaxConns:            64,
+		MaxIdleConnDuration: 4 * time.Second,
+		Dial: func(addr string) (net.Conn, error) {
+			return fasthttp.DialTimeout(addr, dialTimeout)
+		},
+	}
+	return b, nil
+}
+
+// bracketIPv6 wraps an IPv6 literal the way SGLang's maybe_wrap_ipv6_address does.
+func bracketIPv6(host string) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
+}
+
+// SetBootstrap records the prefill's bootstrap port and the registry key
+// (advertiseHost empty means the prefill's own host).
+func (b *Backend) SetBootstrap(port *int, advertiseHost string, defaultPort int) {
+	b.BootstrapPort = port
+	host := b.Host
+	if advertiseHost != "" {
+		host = bracketIPv6(advertiseHost)
+	}
+	p := defaultPort
+	if port != nil {
+		p = *port
+	}
+	b.BootstrapAddr = host + ":" + strconv.Itoa(p)
+}
+
+// InFlight is the number of requests currently using the backend.
+func (b *Backend) InFlight() int64 { return b.inflight.Load() }
+
+// Selected counts how often selection picked the backend.
+func (b *Backend) Selected() uint64 { return b.selected.Load() }
+
+// Breaker returns the backend's circuit breaker (nil when breakers are off).
+func (b *Backend) Breaker() *Breaker { return b.breaker }
+
+// Draining reports whether the backend takes no new requests.
+func (b *Backend) Draining() bool { return b.draining.Load() }
+
+// Drain stops new requests to the backend; in-flight ones finish.
+func (b *Backend) Drain() { b.draining.Store(true) }
+
+// Healthy reports the active health checks' verdict (true when checks are off).
+func (b *Backend) Healthy() bool { return !b.unhealthy.Load() }
+
+// SetHealthy records a health-check verdict.
+func (b *Backend) SetHealthy(ok bool) { b.unhealthy.Store(!ok) }
+
+// Close drops the backend's idle connections.
+func (b *Backend) Close() {
+	b.up.closeIdle()
+	b.plain.CloseIdleConnections()
+}
+
+// admits reports whether selection may consider the backend now: not
+// draining, healthy, breaker not refusing. It is lock-free.
+func (b *Backend) admits(now time.Time) bool {
+	if b.draining.Load() || b.unhealthy.Load() {
+		return false
+	}
+	return b.breaker == nil || b.breaker.mayAllow(now)
+}

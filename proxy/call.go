@@ -1,0 +1,44 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// CallResult is a backend's answer to a plain request.
+type CallResult struct {
+	Status      int
+	ContentType []byte
+	Body        []byte
+}
+
+// Call sends one plain request (info, broadcast and health routes: not the
+// PD path, so no leg machinery) and reads the whole answer.
+func (b *Backend) Call(method, path string, body []byte, timeout time.Duration) (CallResult, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI(b.URL + path)
+	if body != nil {
+		req.Header.SetContentTypeBytes(contentTypeJSON)
+		req.SetBodyRaw(body)
+	}
+	if err := b.plain.DoTimeout(req, resp, timeout); err != nil {
+		return CallResult{}, &UpstreamError{Backend: b, Kind: callKind(err), Err: err}
+	}
+	return CallResult{
+		Status:      resp.StatusCode(),
+		ContentType: append([]byte(nil), resp.Header.ContentType()...),
+		Body:        append([]byte(nil), resp.Body()...),
+	}, nil
+}
+
+func callKind(err error) Kind {
+	if err == fasthttp.ErrTimeout {
+		return KindTimeout
+	}
+	return KindConnect
+}

@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+)
+
+// Kind says how an upstream leg failed; it decides the client status and
+// whether a retry or the breaker should care.
+type Kind uint8
+
+const (
+	// KindConnect: the backend could not be reached (dial or write failed).
+	KindConnect Kind = iota + 1
+	// KindTimeout: a leg deadline passed.
+	KindTimeout
+	// KindStatus: the backend answered with a non-2xx status.
+	KindStatus
+	// KindProtocol: the backend answered something that is not HTTP or broke off mid-body.
+	KindProtocol
+	// KindCancelled: pdlb closed the leg itself (sibling failed, client left).
+	KindCancelled
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindConnect:
+		return "connect"
+	case KindTimeout:
+		return "timeout"
+	case KindStatus:
+		return "status"
+	case KindProtocol:
+		return "protocol"
+	case KindCancelled:
+		return "cancelled"
+	}
+	return "unknown"
+}
+
+// UpstreamError is a failed leg: which backend, how, and what it said.
+type UpstreamError struct {
+	Backend *Backend
+	Kind    Kind
+	// Status and Body are set for KindStatus (Body is the backend's answer, capped).
+	Status      int
+	Body        []byte
+	ContentType []byte
+	Err         error
+}
+
+func (e *UpstreamError) Error() string {
+	who := e.Backend.Role.String() + " " + e.Backend.URL
+	switch e.Kind {
+	case KindStatus:
+		msg := who + " answered " + strconv.Itoa(e.Status)
+		if len(e.Body) > 0 {
+			msg += ": " + string(capBytes(e.Body, 512))
+		}
+		return msg
+	case KindTimeout:
+		return who + " timed out: " + rootCause(e.Err).Error()
+	}
+	if e.Err != nil {
+		return fmt.Sprintf("%s %s: %v", who, e.Kind, rootCause(e.Err))
+	}
+	return who + " " + e.Kind.String()
+}
+
+func (e *UpstreamError) Unwrap() error { return e.Err }
+
+// ClientStatus is the status pdlb answers with: a backend's 4xx is the
+// client's fault and goes through as is; timeouts are 504; the rest is 502.
+func (e *UpstreamError) ClientStatus() int {
+	switch {
+	case e.Kind == KindStatus && e.Status >= 400 && e.Status < 500:
+		return e.Status
+	case e.Kind == KindTimeout:
+		return 504
+	}
+	return 502
+}
+
+// Retryable reports whether another pair might succeed: nothing reached the
+// backend's application, or it said it is unavailable.
+func (e *UpstreamError) Retryable() bool {
+	switch e.Kind {
+	case KindConnect, KindTimeout:
+		return true
+	case KindStatus:
+		return e.Status == 502 || e.Status == 503 || e.Status == 504
+	}
+	return false
+}
+
+// CountsAsFailure reports whether the backend's breaker should count it:
+// 4xx are the client's fault and never count; pdlb's own cancellations neither.
+func (e *UpstreamError) CountsAsFailure() bool {
+	switch e.Kind {
+	case KindStatus:
+		return e.Status >= 500
+	case KindCancelled:
+		return false
+	}
+	return true
+}
+
+func classify(err error) Kind {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return KindTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return KindTimeout
+	}
+	return KindProtocol
+}
+
+// rootCause unwraps to the innermost error so logs say "connection refused"
+// rather than the wrapper around it.
+func rootCause(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+func capBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

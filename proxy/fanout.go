@@ -1,0 +1,279 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"pdlb/config"
+)
+
+// Proxy runs fan-out attempts: one prefill leg and one decode leg at once.
+type Proxy struct {
+	timeouts atomic.Pointer[config.Timeouts]
+	log      zerolog.Logger
+	now      func() time.Time
+}
+
+// New returns a Proxy with the given leg timeouts.
+func New(t config.Timeouts, log zerolog.Logger) *Proxy {
+	p := &Proxy{log: log, now: time.Now}
+	p.SetTimeouts(t)
+	return p
+}
+
+// SetTimeouts swaps the timeouts (hot reload); in-flight attempts keep theirs.
+func (p *Proxy) SetTimeouts(t config.Timeouts) { p.timeouts.Store(&t) }
+
+// Timeouts returns the current timeouts.
+func (p *Proxy) Timeouts() config.Timeouts { return *p.timeouts.Load() }
+
+// Exchange is one attempt of a PD request.
+type Exchange struct {
+	Prefill, Decode Ticket
+	// Path is the upstream path ("/generate", "/v1/chat/completions", …).
+	Path string
+	// PrefillBody and DecodeBody are the injected bodies (often the same slice).
+	PrefillBody, DecodeBody []byte
+	Stream                  bool
+	MergeLogprobs           bool
+	RequestID               string
+	// Deadline ends the whole request, whatever the leg timeouts say.
+	Deadline time.Time
+	// ClientConn is watched for a disconnect before the answer is committed; may be nil.
+	ClientConn net.Conn
+}
+
+// Answer is what the client gets once the decode committed.
+type Answer struct {
+	// Non-streaming: the decode's status, content type and (merged) body.
+	Status      int
+	ContentType []byte
+	Body        []byte
+	// Stream is set for streaming answers; relay it with Stream.Relay.
+	Stream *Stream
+	// PrefillStatus is the prefill's status when it was known at commit (0 otherwise).
+	PrefillStatus int
+}
+
+// ErrClientGone is reported when the client disconnected before the answer.
+var ErrClientGone = errors.New("client disconnected")
+
+// commit states shared by the two legs of one attempt.
+const (
+	pending int32 = iota
+	committed
+	prefillFailed
+	decodeFailed
+)
+
+type attempt struct {
+	x        *Exchange
+	p        *Proxy
+	pl, dl   *leg
+	state    atomic.Int32
+	pdone    chan *UpstreamError
+	pFirst   []byte // prefill's first SSE event payload (stream + merge)
+	pStatus  atomic.Int32
+	deadline time.Time
+	t        config.Timeouts
+}
+
+// Do runs one attempt. On failure before the decode's first byte it returns
+// the failing leg's error with the sibling leg already cut; the caller may
+// retry on another pair. Tickets are settled here.
+func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
+	now := p.now()
+	a := &attempt{x: x, p: p, t: p.Timeouts(), pdone: make(chan *UpstreamError, 1)}
+	a.deadline = x.Deadline
+	a.pl = acquireLeg(x.Prefill.b, 2)
+	a.dl = acquireLeg(x.Decode.b, 1)
+
+	stopWatch := watchClient(x.ClientConn, func() {
+		a.pl.cancel(ErrClientGone)
+		a.dl.cancel(ErrClientGone)
+	})
+	go a.runPrefill(earlier(now.Add(a.t.PrefillFirstByte), a.deadline))
+
+	ans, err := a.runDecode(earlier(now.Add(a.t.DecodeFirstByte), a.deadline))
+	stopWatch()
+	if err == nil {
+		if ans.Stream == nil {
+			x.Decode.Done(nil)
+		}
+		return ans, nil
+	}
+	defer a.dl.unref()
+	defer a.pl.unref()
+	switch {
+	case err.Kind == KindCancelled && errors.Is(err.Err, ErrClientGone):
+		a.pl.cancel(ErrClientGone)
+		x.Decode.Done(err)
+		return nil, err
+	case a.state.Load() == prefillFailed:
+		// The prefill failed first and cut the decode: answer its error.
+		x.Decode.Done(&UpstreamError{Backend: a.dl.b, Kind: KindCancelled, Err: errPrefillFailed})
+		return nil, <-a.pdone
+	default:
+		a.pl.cancel(errCancelled)
+		x.Decode.Done(err)
+		return nil, err
+	}
+}
+
+// runPrefill drives the prefill leg; on a failure before the decode has
+// committed it cuts the decode leg (SGLang's own balancer leaves the decode
+// waiting for KV for minutes instead).
+func (a *attempt) runPrefill(firstByte time.Time) {
+	l := a.pl
+	defer l.unref()
+	err := l.start(a.x.Path, a.x.PrefillBody, a.x.RequestID, firstByte)
+	if err == nil {
+		a.pStatus.Store(int32(l.status()))
+		if !l.ok() {
+			err = l.statusError(a.deadline)
+		}
+	}
+	if err == nil && !a.x.Stream {
+		err = l.readBody(a.deadline)
+	}
+	var sr *sseReader
+	if err == nil && a.x.Stream {
+		sr, err = a.prefillFirstEvent()
+	}
+	a.x.Prefill.Done(err)
+	if err != nil && a.state.CompareAndSwap(pending, prefillFailed) {
+		a.dl.cancel(errPrefillFailed)
+	}
+	if err != nil && err.Kind != KindCancelled && a.state.Load() == committed {
+		a.p.log.Warn().Str("prefill", l.b.URL).Str("request_id", a.x.RequestID).Err(err).Msg("prefill failed after the decode committed")
+	}
+	a.pdone <- err
+	if sr != nil {
+		drainStream(l, sr)
+	}
+}
+
+var errPrefillFailed = errors.New("prefill failed")
+
+// prefillFirstEvent opens the prefill's stream and, when logprobs are
+// merged, reads its first event (all the merge needs: the rest of the
+// prefill stream is never buffered).
+func (a *attempt) prefillFirstEvent() (*sseReader, *UpstreamError) {
+	r, c, err := a.pl.openStream()
+	if err != nil {
+		return nil, err
+	}
+	sr := acquireSSEReader(r)
+	if !a.x.MergeLogprobs {
+		return sr, nil
+	}
+	c.SetReadDeadline(a.deadline)
+	ev, rerr := sr.next()
+	if rerr != nil {
+		releaseSSEReader(sr)
+		a.pl.resp.CloseBodyStream()
+		return nil, a.pl.fail(KindProtocol, rerr)
+	}
+	if d, ok := eventData(ev); ok {
+		a.pFirst = append(a.pFirst[:0], d...)
+	}
+	return sr, nil
+}
+
+// drainStream reads a prefill stream to its end so the engine never sees
+// pdlb hang up on it (SGLang aborts a request whose client left) and the
+// connection can be reused. It stops at [DONE]: engines may keep the body
+// open after it.
+func drainStream(l *leg, sr *sseReader) {
+	defer releaseSSEReader(sr)
+	for {
+		ev, err := sr.next()
+		if err != nil {
+			l.closeStream(isEOF(err))
+			return
+		}
+		if isDone(ev) {
+			l.closeStream(finishAfterDone(l, sr))
+			return
+		}
+	}
+}
+
+// runDecode drives the decode leg up to its first byte: the whole answer
+// for non-streaming requests, the first event for streams.
+func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
+	l := a.dl
+	x := a.x
+	if err := l.start(x.Path, x.DecodeBody, x.RequestID, firstByte); err != nil {
+		a.state.CompareAndSwap(pending, decodeFailed)
+		return nil, err
+	}
+	if !l.ok() {
+		err := l.statusError(firstByte)
+		a.state.CompareAndSwap(pending, decodeFailed)
+		return nil, err
+	}
+	if !x.Stream {
+		if err := l.readBody(firstByte); err != nil {
+			a.state.CompareAndSwap(pending, decodeFailed)
+			return nil, err
+		}
+		if !a.state.CompareAndSwap(pending, committed) {
+			return nil, l.fail(KindCancelled, errPrefillFailed)
+		}
+		return a.nonStreamAnswer(), nil
+	}
+	s, err := a.openDecodeStream(firstByte)
+	if err != nil {
+		a.state.CompareAndSwap(pending, decodeFailed)
+		return nil, err
+	}
+	if !a.state.CompareAndSwap(pending, committed) {
+		s.release(false)
+		return nil, &UpstreamError{Backend: l.b, Kind: KindCancelled, Err: errPrefillFailed}
+	}
+	if x.MergeLogprobs {
+		// The first decode event needs the prefill's logprobs in front.
+		if perr := <-a.pdone; perr == nil && len(a.pFirst) > 0 {
+			if inner, ok := prefillLogprobs(a.pFirst, -1); ok {
+				s.prefix = append(s.prefix[:0], inner...)
+				s.merge = true
+			}
+		}
+	}
+	a.pl.unref()
+	s.ticket = x.Decode
+	return &Answer{Status: 200, ContentType: eventStreamType, Stream: s, PrefillStatus: int(a.pStatus.Load())}, nil
+}
+
+func (a *attempt) nonStreamAnswer() *Answer {
+	l := a.dl
+	ans := &Answer{Status: l.status(), ContentType: append([]byte(nil), l.resp.Header.ContentType()...)}
+	body := l.resp.Body()
+	if a.x.MergeLogprobs {
+		perr := <-a.pdone
+		if perr == nil {
+			ans.Body = mergeNonStream(make([]byte, 0, len(body)+len(a.pl.resp.Body())), body, a.pl.resp.Body())
+		}
+	}
+	if ans.Body == nil {
+		ans.Body = append([]byte(nil), body...)
+	}
+	ans.PrefillStatus = int(a.pStatus.Load())
+	a.pl.unref()
+	l.unref()
+	return ans
+}
+
+var eventStreamType = []byte("text/event-stream")
+
+func earlier(a, b time.Time) time.Time {
+	if b.IsZero() || a.Before(b) {
+		return a
+	}
+	return b
+}

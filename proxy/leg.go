@@ -1,0 +1,241 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// errCancelled is the cause recorded when pdlb closes a leg on purpose.
+var errCancelled = errors.New("cancelled by pdlb")
+
+// maxUpstreamBody caps a non-streamed backend answer held in memory.
+const maxUpstreamBody = 512 << 20
+
+// leg is one upstream exchange (prefill or decode) of a PD request. It owns
+// the connection it uses so that another goroutine can cut it (cancel).
+type leg struct {
+	b    *Backend
+	req  fasthttp.Request
+	resp fasthttp.Response
+
+	mu        sync.Mutex
+	conn      *upConn
+	cancelled bool
+	cause     error
+
+	// refs counts owners (request goroutine and prefill goroutine); the
+	// last one to let go releases the leg.
+	refs atomic.Int32
+}
+
+var legPool = sync.Pool{New: func() any { return new(leg) }}
+
+func acquireLeg(b *Backend, refs int32) *leg {
+	l := legPool.Get().(*leg)
+	l.b = b
+	l.refs.Store(refs)
+	return l
+}
+
+func (l *leg) unref() {
+	if l.refs.Add(-1) != 0 {
+		return
+	}
+	l.mu.Lock()
+	c := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	l.req.Reset()
+	l.resp.Reset()
+	l.b, l.cancelled, l.cause = nil, false, nil
+	legPool.Put(l)
+}
+
+// cancel closes the leg's connection (now or as soon as it has one) so any
+// read or write on it fails at once.
+func (l *leg) cancel(cause error) {
+	l.mu.Lock()
+	if l.cancelled {
+		l.mu.Unlock()
+		return
+	}
+	l.cancelled, l.cause = true, cause
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+func (l *leg) isCancelled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cancelled
+}
+
+func (l *leg) attach(c *upConn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancelled {
+		c.Close()
+		return false
+	}
+	l.conn = c
+	return true
+}
+
+// detach hands the connection back to the pool (clean=true) or closes it.
+func (l *leg) detach(clean bool) {
+	l.mu.Lock()
+	c := l.conn
+	l.conn = nil
+	cancelled := l.cancelled
+	l.mu.Unlock()
+	if c == nil {
+		return
+	}
+	if clean && !cancelled && !l.resp.ConnectionClose() {
+		l.b.up.put(c)
+		return
+	}
+	c.Close()
+}
+
+func (l *leg) fail(kind Kind, err error) *UpstreamError {
+	if l.isCancelled() {
+		kind = KindCancelled
+		if l.cause != nil {
+			err = l.cause
+		}
+	} else if kind == KindProtocol {
+		kind = classify(err)
+	}
+	l.detach(false)
+	return &UpstreamError{Backend: l.b, Kind: kind, Err: err}
+}
+
+// start sends the request and reads the response headers before deadline.
+// A reused connection that the backend had already closed is retried once
+// on a fresh one: nothing reached the engine's application then.
+func (l *leg) start(path string, body []byte, requestID string, deadline time.Time) *UpstreamError {
+	req := &l.req
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(path)
+	req.Header.SetHost(l.b.hostHeader)
+	req.Header.SetContentTypeBytes(contentTypeJSON)
+	if requestID != "" {
+		req.Header.Set(HeaderRequestID, requestID)
+	}
+	req.SetBodyRaw(body)
+	for attempt := 0; ; attempt++ {
+		c, reused, err := l.b.up.get()
+		if err != nil {
+			return l.fail(KindConnect, err)
+		}
+		if !l.attach(c) {
+			return l.fail(KindCancelled, errCancelled)
+		}
+		if err := c.SetDeadline(deadline); err != nil {
+			return l.fail(KindConnect, err)
+		}
+		if err = req.Write(c.bw); err == nil {
+			err = c.bw.Flush()
+		}
+		if err == nil {
+			err = l.resp.Header.Read(c.br)
+			if err == nil {
+				return nil
+			}
+		}
+		if reused && attempt == 0 && isStaleConn(err) && !l.isCancelled() {
+			l.detach(false)
+			continue
+		}
+		if isStaleConn(err) && !reused {
+			return l.fail(KindConnect, err)
+		}
+		return l.fail(KindProtocol, err)
+	}
+}
+
+// isStaleConn matches the errors of a keep-alive connection the peer closed.
+func isStaleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+func (l *leg) status() int { return l.resp.Header.StatusCode() }
+
+func (l *leg) ok() bool { s := l.status(); return s >= 200 && s < 300 }
+
+// readBody reads the whole (non-streamed) body before deadline and returns
+// the connection to the pool.
+func (l *leg) readBody(deadline time.Time) *UpstreamError {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c == nil {
+		return l.fail(KindCancelled, errCancelled)
+	}
+	if err := c.SetReadDeadline(deadline); err != nil {
+		return l.fail(KindProtocol, err)
+	}
+	err := l.resp.ReadBody(c.br, maxUpstreamBody)
+	if err == nil && l.resp.Header.ContentLength() == -1 {
+		err = l.resp.Header.ReadTrailer(c.br)
+	}
+	if err != nil {
+		return l.fail(KindProtocol, err)
+	}
+	l.detach(true)
+	return nil
+}
+
+// statusError reads an error answer's body (bounded) and describes it.
+func (l *leg) statusError(deadline time.Time) *UpstreamError {
+	status := l.status()
+	if e := l.readBody(deadline); e != nil {
+		e.Kind, e.Status = KindStatus, status
+		return e
+	}
+	return &UpstreamError{Backend: l.b, Kind: KindStatus, Status: status,
+		Body: append([]byte(nil), capBytes(l.resp.Body(), 4096)...), ContentType: append([]byte(nil), l.resp.Header.ContentType()...)}
+}
+
+// openStream switches the response to streaming: the body is read event by
+// event through the returned reader.
+func (l *leg) openStream() (io.Reader, *upConn, *UpstreamError) {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c == nil {
+		return nil, nil, l.fail(KindCancelled, errCancelled)
+	}
+	l.resp.StreamBody = true
+	if err := l.resp.ReadBody(c.br, 0); err != nil {
+		return nil, nil, l.fail(KindProtocol, err)
+	}
+	return l.resp.BodyStream(), c, nil
+}
+
+// closeStream ends a streamed body; the connection is reused only when the
+// body was read to its end.
+func (l *leg) closeStream(atEOF bool) {
+	l.resp.CloseBodyStream()
+	l.detach(atEOF)
+}
+
+var contentTypeJSON = []byte("application/json")
+
+// HeaderRequestID is the request-id header sent to both legs and echoed.
+const HeaderRequestID = "X-Request-ID"

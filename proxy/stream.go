@@ -1,0 +1,210 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Stream is a committed streaming answer: the decode's first event has
+// arrived and the rest is relayed event by event.
+type Stream struct {
+	l      *leg
+	c      *upConn
+	sr     *sseReader
+	first  []byte // the first event, still in sr's buffer
+	merge  bool
+	prefix []byte
+	ticket Ticket
+	idle   time.Duration
+	// deadline ends the request (timeouts.request).
+	deadline time.Time
+	scratch  []byte
+	now      func() time.Time
+}
+
+// openDecodeStream reads the decode's first event before firstByte.
+func (a *attempt) openDecodeStream(firstByte time.Time) (*Stream, *UpstreamError) {
+	r, c, err := a.dl.openStream()
+	if err != nil {
+		return nil, err
+	}
+	sr := acquireSSEReader(r)
+	if e := c.SetReadDeadline(firstByte); e != nil {
+		releaseSSEReader(sr)
+		a.dl.resp.CloseBodyStream()
+		return nil, a.dl.fail(KindProtocol, e)
+	}
+	ev, rerr := sr.next()
+	if rerr != nil {
+		releaseSSEReader(sr)
+		a.dl.resp.CloseBodyStream()
+		if isEOF(rerr) {
+			rerr = io.ErrUnexpectedEOF
+		}
+		return nil, a.dl.fail(KindProtocol, rerr)
+	}
+	return &Stream{l: a.dl, c: c, sr: sr, first: ev, idle: a.t.DecodeIdle, deadline: a.deadline, now: a.p.now}, nil
+}
+
+// RelayResult says how a relayed stream ended.
+type RelayResult struct {
+	Events int
+	Bytes  int
+	// Err is nil for a clean end ([DONE] or the engine closing the body),
+	// ErrClientGone when the client left, an *UpstreamError when the decode broke.
+	Err error
+}
+
+// Relay copies the stream to the client, one flush per event, and ends the
+// client's stream right after "data: [DONE]" even if the engine keeps its
+// connection open. A decode failure mid-stream becomes a final SSE error
+// event. client may be nil (no write deadlines).
+func (s *Stream) Relay(w *bufio.Writer, client net.Conn, writeTimeout time.Duration) (res RelayResult) {
+	defer func() { s.finish(res.Err) }()
+	ev := s.first
+	for {
+		if client != nil && writeTimeout > 0 {
+			client.SetWriteDeadline(s.now().Add(writeTimeout))
+		}
+		done := isDone(ev)
+		n, err := s.writeEvent(w, ev, done)
+		res.Bytes += n
+		if err == nil {
+			err = w.Flush()
+		}
+		if err != nil {
+			res.Err = ErrClientGone
+			return res
+		}
+		res.Events++
+		if done {
+			s.release(finishAfterDone(s.l, s.sr))
+			return res
+		}
+		s.c.SetReadDeadline(earlier(s.now().Add(s.idle), s.deadline))
+		var rerr error
+		ev, rerr = s.sr.next()
+		if rerr != nil {
+			if isEOF(rerr) {
+				s.release(true)
+				return res
+			}
+			kind := classify(rerr)
+			if s.l.isCancelled() {
+				kind = KindCancelled
+			}
+			uerr := &UpstreamError{Backend: s.l.b, Kind: kind, Err: fmtStreamErr(rerr)}
+			res.Err = uerr
+			s.release(false)
+			n, _ := w.Write(sseError(uerr.Error(), uerr.ClientStatus()))
+			res.Bytes += n
+			w.Flush()
+			return res
+		}
+	}
+}
+
+func (s *Stream) writeEvent(w *bufio.Writer, ev []byte, done bool) (int, error) {
+	if s.merge && !done {
+		if d, ok := eventData(ev); ok {
+			s.scratch = append(s.scratch[:0], "data: "...)
+			s.scratch = appendMergedObject(s.scratch, d, logprobPath, b2s(s.prefix))
+			ev = s.scratch
+		}
+	}
+	n, err := w.Write(ev)
+	if err != nil {
+		return n, err
+	}
+	m, err := w.Write(eventBoundary)
+	return n + m, err
+}
+
+// Close releases a stream that will not be relayed.
+func (s *Stream) Close() { s.finish(ErrClientGone) }
+
+// release ends the upstream body; the connection is pooled only when the
+// body ended cleanly.
+func (s *Stream) release(clean bool) {
+	if s.sr == nil {
+		return
+	}
+	releaseSSEReader(s.sr)
+	s.sr = nil
+	s.l.closeStream(clean)
+}
+
+func (s *Stream) finish(err error) {
+	s.release(false)
+	if s.l == nil {
+		return
+	}
+	var uerr *UpstreamError
+	switch {
+	case err == nil:
+	case errors.As(err, &uerr):
+	default:
+		uerr = &UpstreamError{Backend: s.l.b, Kind: KindCancelled, Err: err}
+	}
+	s.ticket.Done(uerr)
+	s.l.unref()
+	s.l = nil
+}
+
+// finishAfterDone checks, without waiting, whether the engine also ended
+// the body right after [DONE] (then the connection can be reused).
+func finishAfterDone(l *leg, sr *sseReader) bool {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c == nil || sr.start != sr.end {
+		return false
+	}
+	c.SetReadDeadline(aLongTimeAgoDeadline)
+	_, err := sr.next()
+	return isEOF(err)
+}
+
+var aLongTimeAgoDeadline = time.Unix(1, 0)
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }
+
+func fmtStreamErr(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("stream broke off: unexpected EOF")
+	}
+	return err
+}
+
+// sseError renders pdlb's error shape as a final SSE event.
+func sseError(msg string, code int) []byte {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "upstream_error", "code": code}})
+	out := make([]byte, 0, len(body)+8)
+	out = append(out, "data: "...)
+	out = append(out, body...)
+	return append(out, "\n\n"...)
+}
+
+var sseReaderPool sync.Pool
+
+func acquireSSEReader(r io.Reader) *sseReader {
+	sr, _ := sseReaderPool.Get().(*sseReader)
+	if sr == nil {
+		sr = new(sseReader)
+	}
+	sr.reset(r)
+	return sr
+}
+
+func releaseSSEReader(sr *sseReader) {
+	sr.r = nil
+	if cap(sr.buf) > 4*sseInitialBuf {
+		sr.buf = nil
+	}
+	sseReaderPool.Put(sr)
+}

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"sync"
+	"time"
+)
+
+// upstream owns the keep-alive connections to one backend.
+//
+// It exists instead of fasthttp.HostClient because fasthttp's client has no
+// cancellation: to cut a leg when its sibling fails or the client leaves,
+// pdlb must hold the very net.Conn the leg uses and close it. Requests and
+// responses are still encoded and parsed by fasthttp.
+type upstream struct {
+	addr        string
+	dialTimeout time.Duration
+	// maxIdleAge drops pooled connections the backend has likely closed
+	// already (uvicorn's keep-alive timeout is 5 s).
+	maxIdleAge time.Duration
+	maxIdle    int
+	now        func() time.Time
+
+	mu   sync.Mutex
+	idle []*upConn
+}
+
+type upConn struct {
+	net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	lastUsed time.Time
+}
+
+const upstreamBufSize = 16 << 10
+
+func newUpstream(addr string, dialTimeout time.Duration) *upstream {
+	return &upstream{addr: addr, dialTimeout: dialTimeout, maxIdleAge: 4 * time.Second, maxIdle: 1024, now: time.Now}
+}
+
+// get returns a pooled connection (reused=true) or dials a new one.
+func (u *upstream) get() (c *upConn, reused bool, err error) {
+	now := u.now()
+	u.mu.Lock()
+	for n := len(u.idle); n > 0; n = len(u.idle) {
+		c = u.idle[n-1]
+		u.idle[n-1] = nil
+		u.idle = u.idle[:n-1]
+		if now.Sub(c.lastUsed) < u.maxIdleAge {
+			u.mu.Unlock()
+			return c, true, nil
+		}
+		c.Close()
+	}
+	u.mu.Unlock()
+	c, err = u.dial()
+	return c, false, err
+}
+
+func (u *upstream) dial() (*upConn, error) {
+	conn, err := net.DialTimeout("tcp", u.addr, u.dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, upstreamBufSize), bw: bufio.NewWriterSize(conn, upstreamBufSize)}, nil
+}
+
+// put returns a connection whose last response was read completely.
+func (u *upstream) put(c *upConn) {
+	c.lastUsed = u.now()
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		c.Close()
+		return
+	}
+	u.mu.Lock()
+	if len(u.idle) < u.maxIdle {
+		u.idle = append(u.idle, c)
+		c = nil
+	}
+	u.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// closeIdle closes every pooled connection (backend removed, shutdown).
+func (u *upstream) closeIdle() {
+	u.mu.Lock()
+	idle := u.idle
+	u.idle = nil
+	u.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+}

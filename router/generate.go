@@ -1,0 +1,314 @@
+package router
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/proxy"
+)
+
+// pdHandler serves a fan-out route: parse, select a pair, inject, run the
+// attempt (retrying before the first byte), answer or start the relay.
+func (r *Router) pdHandler(path string, batchAware bool) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		r.servePD(ctx, path, batchAware)
+	}
+}
+
+// pdLog collects what the one log line per request says.
+type pdLog struct {
+	path      string
+	requestID string
+	prefill   string
+	decode    string
+	room      uint64
+	attempts  int
+	status    int
+	bytes     int
+	events    int
+	err       error
+}
+
+func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool) {
+	start := r.now()
+	cfg := r.cfg()
+	lg := pdLog{path: path, requestID: requestID(ctx)}
+	ctx.Response.Header.Set(proxy.HeaderRequestID, lg.requestID)
+
+	body := ctx.PostBody()
+	req, err := parseRequest(body)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, err.Error())
+		lg.status, lg.err = fasthttp.StatusBadRequest, err
+		r.logPD(&lg, start)
+		return
+	}
+	if !batchAware {
+		// The OpenAI routes always take scalars; the engine expands them.
+		req.batch = 0
+	}
+	deadline := start.Add(cfg.Timeout.Request)
+	var exclude []*proxy.Backend
+	var lastErr *proxy.UpstreamError
+	for attempt := 1; ; attempt++ {
+		lg.attempts = attempt
+		ans, uerr, status, msg := r.attempt(ctx, path, body, &req, &lg, exclude, deadline)
+		if ans != nil {
+			r.answer(ctx, ans, &lg, start)
+			return
+		}
+		if uerr == nil {
+			// Refused before any backend was contacted (no pair, bad rank).
+			if lastErr != nil && status == fasthttp.StatusServiceUnavailable {
+				uerr = lastErr // retries ran out of backends: report the real failure
+			} else {
+				if status == fasthttp.StatusServiceUnavailable {
+					writeUnavailable(ctx, 1, msg)
+				} else {
+					writeError(ctx, status, errInvalidRequest, msg)
+				}
+				lg.status, lg.err = status, errors.New(msg)
+				r.logPD(&lg, start)
+				return
+			}
+		}
+		lastErr = uerr
+		if errors.Is(uerr.Err, proxy.ErrClientGone) {
+			lg.status, lg.err = 499, uerr
+			r.logPD(&lg, start)
+			return
+		}
+		if attempt >= cfg.Retry.MaxAttempts || !uerr.Retryable() || !r.now().Before(deadline) {
+			break
+		}
+		exclude = append(exclude, uerr.Backend)
+		r.log.Warn().Str("request_id", lg.requestID).Int("attempt", attempt).Err(uerr).Msg("retrying on another pair")
+		if !sleepUntil(backoff(cfg.Retry.Initial, cfg.Retry.Max, attempt), deadline) {
+			break
+		}
+	}
+	status := lastErr.ClientStatus()
+	if lastErr.Kind == proxy.KindStatus && status < 500 {
+		// A backend's 4xx is the client's answer: pass it through as is.
+		ctx.SetStatusCode(lastErr.Status)
+		ctx.SetContentTypeBytes(lastErr.ContentType)
+		ctx.SetBody(lastErr.Body)
+	} else {
+		writeError(ctx, status, errUpstream, lastErr.Error())
+	}
+	lg.status, lg.err = status, lastErr
+	r.logPD(&lg, start)
+}
+
+// attempt selects a pair, injects and runs one fan-out. It returns either an
+// answer, an upstream error, or a status and message for a refusal.
+func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req *pdRequest, lg *pdLog, exclude []*proxy.Backend, deadline time.Time) (*proxy.Answer, *proxy.UpstreamError, int, string) {
+	cfg := r.cfg()
+	ok := func(b *proxy.Backend) bool { return r.pool.Available(b) && !contains(exclude, b) }
+	pt, dt, msg := r.pickPair(ok)
+	if msg != "" {
+		return nil, nil, fasthttp.StatusServiceUnavailable, msg
+	}
+	p, d := pt.Backend(), dt.Backend()
+	lg.prefill, lg.decode = p.URL, d.URL
+
+	dpSize, status, msg := r.checkRank(ctx, p, req, deadline)
+	if status != 0 {
+		pt.Done(nil)
+		dt.Done(nil)
+		return nil, nil, status, msg
+	}
+	in := injection{host: p.Host, port: p.BootstrapPort, batch: req.batch > 0}
+	if cfg.AdvertiseHost != "" {
+		in.host = cfg.AdvertiseHost
+	}
+	var one [1]uint64
+	if in.batch {
+		in.rooms = make([]uint64, req.batch)
+	} else {
+		in.rooms = one[:]
+	}
+	for i := range in.rooms {
+		in.rooms[i] = newRoom(dpSize, req.prefillRank)
+	}
+	lg.room = in.rooms[0]
+	buf := make([]byte, 0, len(body)+160+in.batchExtra())
+	pBody := appendInjected(buf, body, req, rankFor(&in, req, dpSize, "routed_dp_rank"))
+	dBody := pBody
+	if req.rankField != "" && dpSize > 0 {
+		dBody = appendInjected(make([]byte, 0, len(pBody)), body, req, rankFor(&in, req, dpSize, "disagg_prefill_dp_rank"))
+	}
+	ans, uerr := r.proxy.Do(&proxy.Exchange{
+		Prefill: pt, Decode: dt, Path: path,
+		PrefillBody: pBody, DecodeBody: dBody,
+		Stream: req.stream, MergeLogprobs: req.returnLogprob && path == "/generate",
+		RequestID: lg.requestID, Deadline: deadline, ClientConn: ctx.Conn(),
+	})
+	return ans, uerr, 0, ""
+}
+
+// rankFor returns the injection for one leg: with a client-named prefill
+// rank, the prefill gets routed_dp_rank and the decode disagg_prefill_dp_rank.
+func rankFor(in *injection, req *pdRequest, dpSize int, key string) *injection {
+	if req.rankField == "" || dpSize == 0 {
+		return in
+	}
+	leg := *in
+	leg.rankKey, leg.rank = key, req.prefillRank
+	return &leg
+}
+
+func (in *injection) batchExtra() int {
+	if !in.batch {
+		return 0
+	}
+	return len(in.rooms) * (len(in.host) + 32)
+}
+
+// pickPair selects a prefill and a decode whose breakers admit a request.
+// A backend whose breaker refuses at admission (half-open probes used up)
+// is skipped and another one tried.
+func (r *Router) pickPair(ok func(*proxy.Backend) bool) (proxy.Ticket, proxy.Ticket, string) {
+	pt, why := r.pickOne(proxy.Prefill, ok)
+	if why != "" {
+		return pt, pt, why
+	}
+	dt, why := r.pickOne(proxy.Decode, ok)
+	if why != "" {
+		pt.Done(nil)
+		return pt, dt, why
+	}
+	return pt, dt, ""
+}
+
+func (r *Router) pickOne(role proxy.Role, ok func(*proxy.Backend) bool) (proxy.Ticket, string) {
+	all := r.pool.Backends(role)
+	var refused []*proxy.Backend
+	for {
+		b := r.selector.Select(all, func(b *proxy.Backend) bool { return ok(b) && !contains(refused, b) })
+		if b == nil {
+			return proxy.Ticket{}, noBackendMessage(role, len(all))
+		}
+		if t, admitted := b.Acquire(); admitted {
+			return t, ""
+		}
+		refused = append(refused, b)
+	}
+}
+
+func noBackendMessage(role proxy.Role, n int) string {
+	if n == 0 {
+		return "no " + role.String() + " backend configured"
+	}
+	return "no " + role.String() + " backend available: all " + strconv.Itoa(n) + " are unhealthy, draining, not registered or behind an open circuit breaker"
+}
+
+func contains(list []*proxy.Backend, b *proxy.Backend) bool {
+	for _, x := range list {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}
+
+// answer writes a committed answer: the decode's non-streamed response, or
+// a relay that runs after the handler returns.
+func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, start time.Time) {
+	lg.status = ans.Status
+	if ans.Stream == nil {
+		ctx.SetStatusCode(ans.Status)
+		ctx.SetContentTypeBytes(ans.ContentType)
+		ctx.SetBody(ans.Body)
+		lg.bytes = len(ans.Body)
+		r.logPD(lg, start)
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentTypeBytes(ans.ContentType)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	conn := ctx.Conn()
+	writeTimeout := r.cfg().Server.WriteTimeout
+	final := *lg
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		res := ans.Stream.Relay(w, conn, writeTimeout)
+		final.bytes, final.events = res.Bytes, res.Events
+		if res.Err != nil {
+			final.err = res.Err
+			if errors.Is(res.Err, proxy.ErrClientGone) {
+				final.status = 499
+			}
+		}
+		r.logPD(&final, start)
+	})
+}
+
+func (r *Router) logPD(lg *pdLog, start time.Time) {
+	var ev *zerolog.Event
+	switch {
+	case lg.status >= 500 || lg.status == 499:
+		ev = r.log.Warn()
+	case lg.err != nil && lg.status < 400:
+		ev = r.log.Warn() // a stream that broke after its 200
+	default:
+		ev = r.log.Info()
+	}
+	if !ev.Enabled() {
+		return
+	}
+	ev = ev.Str("method", "POST").Str("path", lg.path).Int("status", lg.status).
+		Str("request_id", lg.requestID).Str("prefill", lg.prefill).Str("decode", lg.decode).
+		Uint64("room", lg.room).Int("attempts", lg.attempts).Dur("duration", r.now().Sub(start)).
+		Int("bytes", lg.bytes)
+	if lg.events > 0 {
+		ev = ev.Int("events", lg.events)
+	}
+	if lg.err != nil {
+		ev = ev.Err(lg.err)
+	}
+	ev.Msg("request")
+}
+
+// requestID takes the client's X-Request-ID or makes one.
+func requestID(ctx *fasthttp.RequestCtx) string {
+	if id := ctx.Request.Header.Peek(proxy.HeaderRequestID); len(id) > 0 && len(id) <= 128 {
+		return string(id)
+	}
+	var raw [8]byte
+	v := rand.Uint64()
+	for i := range raw {
+		raw[i] = byte(v >> (8 * i))
+	}
+	return "req-" + hex.EncodeToString(raw[:])
+}
+
+// backoff is exponential with full jitter in [d/2, d].
+func backoff(initial, maxDelay time.Duration, attempt int) time.Duration {
+	d := initial << (attempt - 1)
+	if d <= 0 || d > maxDelay {
+		d = maxDelay
+	}
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleepUntil waits d unless the request deadline comes first.
+func sleepUntil(d time.Duration, deadline time.Time) bool {
+	if until := time.Until(deadline); d > until {
+		return false
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	return true
+}

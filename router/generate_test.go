@@ -1,0 +1,86 @@
+package router
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestGenerateRelaysDecodeAnswerAndInjects(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{"text":"prefill"}`))
+	d := newBackend(t, jsonAnswer(200, `{"text":"decoded","meta_info":{"id":"x"}}`))
+	l := startLB(t, []*backend{p}, []*backend{d})
+
+	resp, body := post(t, l.URL+"/generate", `{"text":"hi","sampling_params":{"seed":18446744073709551615}}`)
+	if resp.StatusCode != 200 || body != `{"text":"decoded","meta_info":{"id":"x"}}` {
+		t.Fatalf("got %d %s", resp.StatusCode, body)
+	}
+	if resp.Header.Get("X-Request-ID") == "" {
+		t.Error("no X-Request-ID echoed")
+	}
+	pb, db := p.lastBody(), d.lastBody()
+	if string(pb) != string(db) {
+		t.Fatalf("prefill and decode got different bodies:\n%s\n%s", pb, db)
+	}
+	if !strings.Contains(string(db), `"seed":18446744073709551615`) {
+		t.Errorf("big integer not passed through exactly: %s", db)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(string(db)))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("injected body is not JSON: %v\n%s", err, db)
+	}
+	if m["bootstrap_host"] != "127.0.0.1" || m["bootstrap_port"].(json.Number) != "8998" {
+		t.Errorf("bootstrap fields wrong: %v", m)
+	}
+	if _, ok := m["bootstrap_room"].(json.Number); !ok {
+		t.Errorf("bootstrap_room missing: %s", db)
+	}
+}
+
+func TestBadInputNeverReachesABackend(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(200, `{}`))
+	l := startLB(t, []*backend{p}, []*backend{d})
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+	}{
+		{"not json", "POST", "/generate", `{"text":`, 400},
+		{"array", "POST", "/generate", `[1,2]`, 400},
+		{"string", "POST", "/generate", `"hi"`, 400},
+		{"empty", "POST", "/generate", ``, 400},
+		{"empty text batch", "POST", "/generate", `{"text":[]}`, 400},
+		{"too large", "POST", "/generate", `{"text":"` + strings.Repeat("a", 2<<20) + `"}`, 413},
+		{"unknown path", "POST", "/nope", `{}`, 404},
+		{"wrong method", "GET", "/generate", ``, 405},
+		{"wrong method chat", "PUT", "/v1/chat/completions", `{}`, 405},
+		{"rank not int", "POST", "/generate", `{"text":"x","disagg_prefill_dp_rank":"1"}`, 400},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := fasthttp.AcquireRequest()
+			resp := fasthttp.AcquireResponse()
+			req.SetRequestURI(l.URL + c.path)
+			req.Header.SetMethod(c.method)
+			req.SetBodyString(c.body)
+			if err := fasthttp.DoTimeout(req, resp, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode() != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode(), c.status, resp.Body())
+			}
+			var e errorBody
+			if err := json.Unmarshal(resp.Body(), &e); err != nil || e.Error.Message == "" || e.Error.Code != c.status {
+				t.Fatalf("not the JSON error shape: %s", resp.Body())
+			}
+		})
+	}
+	if p.count()+d.count() != 0 {
+		t.Fatalf("bad input reached the backends (%d, %d)", p.count(), d.count())
+	}
+}

@@ -1,0 +1,166 @@
+package router
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/config"
+	"pdlb/proxy"
+)
+
+// backend is a real loopback engine written for the tests: it records what
+// it received and counts closed connections.
+type backend struct {
+	t      *testing.T
+	ln     net.Listener
+	srv    *fasthttp.Server
+	URL    string
+	mu     sync.Mutex
+	bodies [][]byte
+	paths  []string
+	closed chan struct{} // one value per closed connection
+}
+
+func newBackend(t *testing.T, h fasthttp.RequestHandler) *backend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{t: t, ln: ln, URL: "http://" + ln.Addr().String(), closed: make(chan struct{}, 1024)}
+	b.srv = &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			b.mu.Lock()
+			b.bodies = append(b.bodies, append([]byte(nil), ctx.PostBody()...))
+			b.paths = append(b.paths, string(ctx.Path()))
+			b.mu.Unlock()
+			h(ctx)
+		},
+		ConnState: func(_ net.Conn, s fasthttp.ConnState) {
+			if s == fasthttp.StateClosed {
+				b.closed <- struct{}{}
+			}
+		},
+		CloseOnShutdown: true,
+	}
+	go b.srv.Serve(ln)
+	t.Cleanup(func() { b.srv.Shutdown() })
+	return b
+}
+
+func (b *backend) lastBody() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.bodies) == 0 {
+		return nil
+	}
+	return b.bodies[len(b.bodies)-1]
+}
+
+func (b *backend) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.bodies)
+}
+
+// waitClosed waits for one connection close seen by the backend.
+func (b *backend) waitClosed(d time.Duration) bool {
+	select {
+	case <-b.closed:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// lb is a pdlb router on a real loopback listener.
+type lb struct {
+	URL    string
+	router *Router
+	pool   *proxy.Pool
+}
+
+type lbOption func(*config.Config)
+
+func testConfig() config.Config {
+	c := config.Config{}
+	c.Server = config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: 16384}
+	c.Timeouts = config.Timeouts{Connect: time.Second, PrefillFirstByte: 5 * time.Second, DecodeFirstByte: 5 * time.Second, DecodeIdle: 5 * time.Second, Request: 10 * time.Second}
+	c.Limits = config.Limits{MaxBodyBytes: 1 << 20}
+	c.Retry = config.Retry{MaxAttempts: 1, Initial: time.Millisecond, Max: 10 * time.Millisecond}
+	return c
+}
+
+func startLB(t *testing.T, prefills []*backend, decodes []*backend, opts ...lbOption) *lb {
+	t.Helper()
+	cfg := testConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	pool := proxy.NewPool(nil)
+	for _, p := range prefills {
+		b, err := proxy.NewBackend(p.URL, proxy.Prefill, cfg.Timeouts.Connect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := 8998
+		b.SetBootstrap(&port, "", 8998)
+		pool.Add(b)
+	}
+	for _, d := range decodes {
+		b, err := proxy.NewBackend(d.URL, proxy.Decode, cfg.Timeouts.Connect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.Add(b)
+	}
+	log := zerolog.New(io.Discard)
+	if testing.Verbose() {
+		log = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	r := New(Options{
+		Settings: Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts},
+		Pool:     pool,
+		Proxy:    proxy.New(cfg.Timeouts, log),
+		Log:      log,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := r.NewServer()
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	return &lb{URL: "http://" + ln.Addr().String(), router: r, pool: pool}
+}
+
+// jsonAnswer is a handler answering a fixed JSON body.
+func jsonAnswer(status int, body string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(status)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(body)
+	}
+}
+
+func post(t *testing.T, url, body string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}

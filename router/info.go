@@ -1,0 +1,178 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/proxy"
+)
+
+// infoTimeout bounds the info and broadcast routes (SGLang's balancer
+// leaves them at aiohttp's 300 s default; an operator's curl should not hang).
+const infoTimeout = 30 * time.Second
+
+// health answers 200 while pdlb runs, without touching a backend.
+func (r *Router) health(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// backendResult is one backend's part of a broadcast answer.
+type backendResult struct {
+	Role   string          `json:"role"`
+	URL    string          `json:"url"`
+	Status int             `json:"status,omitempty"`
+	OK     bool            `json:"ok"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// broadcast sends the request to every prefill and decode at once and
+// answers with each backend's result: 200 when all succeeded, 502 otherwise.
+func (r *Router) broadcast(method, path string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		var body []byte
+		if method == fasthttp.MethodPost {
+			body = ctx.PostBody()
+			if len(body) == 0 {
+				body = nil
+			}
+		}
+		results := r.callAll(method, path, body)
+		status := fasthttp.StatusOK
+		for _, res := range results {
+			if !res.OK {
+				status = fasthttp.StatusBadGateway
+			}
+		}
+		writeJSON(ctx, status, map[string]any{"results": results})
+	}
+}
+
+func (r *Router) callAll(method, path string, body []byte) []backendResult {
+	backends := append(append([]*proxy.Backend(nil), r.pool.Backends(proxy.Prefill)...), r.pool.Backends(proxy.Decode)...)
+	results := make([]backendResult, len(backends))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		wg.Go(func() {
+			res := backendResult{Role: b.Role.String(), URL: b.URL}
+			out, err := b.Call(method, path, body, infoTimeout)
+			switch {
+			case err != nil:
+				res.Error = err.Error()
+			default:
+				res.Status, res.OK = out.Status, out.Status >= 200 && out.Status < 300
+				if len(out.Body) > 0 && gjson.ValidBytes(out.Body) {
+					res.Body = out.Body
+				} else if len(out.Body) > 0 {
+					res.Body, _ = json.Marshal(string(capBody(out.Body)))
+				}
+			}
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+func capBody(b []byte) []byte {
+	if len(b) > 2048 {
+		return b[:2048]
+	}
+	return b
+}
+
+// fromFirstPrefill relays a GET from the first available prefill.
+func (r *Router) fromFirstPrefill(path string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		var chosen *proxy.Backend
+		for _, b := range r.pool.Backends(proxy.Prefill) {
+			if r.pool.Available(b) {
+				chosen = b
+				break
+			}
+		}
+		if chosen == nil {
+			writeUnavailable(ctx, 1, "no prefill backend available to answer "+path)
+			return
+		}
+		out, err := chosen.Call(fasthttp.MethodGet, path, nil, infoTimeout)
+		if err != nil {
+			writeUnavailable(ctx, 1, "failed to get "+path+" from "+chosen.URL+": "+err.Error())
+			return
+		}
+		if out.Status != fasthttp.StatusOK {
+			writeError(ctx, fasthttp.StatusBadGateway, errUpstream, "prefill "+chosen.URL+" answered "+
+				strconv.Itoa(out.Status)+" to "+path+": "+string(capBody(out.Body)))
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		ctx.SetContentTypeBytes(out.ContentType)
+		ctx.SetBody(out.Body)
+	}
+}
+
+// serverInfo aggregates every backend's /server_info as SGLang's balancer
+// does: {"internal_states": [decode states…], "prefill": […], "decode": […]}.
+// Engines older than 2026-04 only know /get_server_info; it is tried on 404.
+func (r *Router) serverInfo(ctx *fasthttp.RequestCtx) {
+	results := r.callAll(fasthttp.MethodGet, "/server_info", nil)
+	for i, res := range results {
+		if res.Status == fasthttp.StatusNotFound {
+			b := r.pool.Find(res.URL)
+			if b == nil {
+				continue
+			}
+			if out, err := b.Call(fasthttp.MethodGet, "/get_server_info", nil, infoTimeout); err == nil && gjson.ValidBytes(out.Body) {
+				results[i].Status, results[i].OK, results[i].Body = out.Status, out.Status == 200, out.Body
+			}
+		}
+	}
+	prefill, decode := []json.RawMessage{}, []json.RawMessage{}
+	var states bytes.Buffer
+	for _, res := range results {
+		body := res.Body
+		if !res.OK || body == nil {
+			msg := res.Error
+			if msg == "" {
+				msg = "status " + strconv.Itoa(res.Status)
+			}
+			body, _ = json.Marshal(map[string]string{"url": res.URL, "error": msg})
+		}
+		if res.Role == proxy.Prefill.String() {
+			prefill = append(prefill, body)
+			continue
+		}
+		decode = append(decode, body)
+		if res.OK {
+			gjson.GetBytes(res.Body, "internal_states").ForEach(func(_, v gjson.Result) bool {
+				if states.Len() > 0 {
+					states.WriteByte(',')
+				}
+				states.WriteString(v.Raw)
+				return true
+			})
+		}
+	}
+	internal := json.RawMessage(`[{"last_gen_throughput":0.0,"avg_spec_accept_length":null}]`)
+	if states.Len() > 0 {
+		internal = json.RawMessage("[" + states.String() + "]")
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"internal_states": internal, "prefill": prefill, "decode": decode})
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusInternalServerError, errUpstream, "encoding answer: "+err.Error())
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}

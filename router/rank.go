@@ -1,0 +1,55 @@
+package router
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/proxy"
+)
+
+// InfoSource answers what the DP-rank rule needs of a prefill: its DP size
+// from cached parallel info, or (slow path) after waiting for it.
+type InfoSource interface {
+	DPSize(addr string) (int, bool)
+	WaitDPSize(ctx context.Context, addr string) (int, error)
+}
+
+// checkRank applies the DP-rank rule to a request that names a prefill DP
+// rank. It returns the prefill's DP size (0: no rank to honour), or a
+// refusal status and message. The rank is checked only against cached
+// info; when none is cached yet, the slow path waits for it (bounded), so
+// the very first request of a fresh deployment succeeds.
+func (r *Router) checkRank(ctx *fasthttp.RequestCtx, p *proxy.Backend, req *pdRequest, deadline time.Time) (int, int, string) {
+	if req.rankField == "" || r.info == nil || p.BootstrapAddr == "" {
+		return 0, 0, ""
+	}
+	dp, ok := r.info.DPSize(p.BootstrapAddr)
+	if !ok {
+		wait := r.cfg().InfoWait
+		if wait <= 0 {
+			wait = 5 * time.Second
+		}
+		c, cancel := context.WithDeadline(context.Background(), earliest(r.now().Add(wait), deadline))
+		var err error
+		dp, err = r.info.WaitDPSize(c, p.BootstrapAddr)
+		cancel()
+		if err != nil {
+			return 0, fasthttp.StatusServiceUnavailable, "parallel info of prefill " + p.URL + " not available yet: " + err.Error()
+		}
+	}
+	if req.prefillRank < 0 || req.prefillRank >= int64(dp) {
+		return 0, fasthttp.StatusBadRequest, req.rankField + ": " + strconv.FormatInt(req.prefillRank, 10) +
+			" is out of range [0, " + strconv.Itoa(dp) + ") for prefill " + p.URL
+	}
+	return dp, 0, ""
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

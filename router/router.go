@@ -1,0 +1,114 @@
+package router
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/config"
+	"pdlb/proxy"
+)
+
+// Settings are the parts of the config the request path reads; they are
+// swapped atomically on reload.
+type Settings struct {
+	Limits  config.Limits
+	Retry   config.Retry
+	Server  config.Server
+	Timeout config.Timeouts
+	// AdvertiseHost, when set (embedded registry), is injected as
+	// bootstrap_host instead of the prefill's own host.
+	AdvertiseHost string
+	// InfoWait bounds the slow path that waits for a prefill's parallel info.
+	InfoWait time.Duration
+}
+
+// Router holds everything the handlers need; cmd/pdlb builds one.
+type Router struct {
+	settings atomic.Pointer[Settings]
+	pool     *proxy.Pool
+	proxy    *proxy.Proxy
+	selector Selector
+	info     InfoSource
+	log      zerolog.Logger
+	now      func() time.Time
+	started  time.Time
+	table    map[string]route
+}
+
+// Options wire a Router.
+type Options struct {
+	Settings Settings
+	Pool     *proxy.Pool
+	Proxy    *proxy.Proxy
+	// Selector defaults to RandomSelector.
+	Selector Selector
+	// Info answers DP-rank questions about prefills; nil disables rank checks.
+	Info InfoSource
+	Log  zerolog.Logger
+}
+
+// New builds a Router.
+func New(o Options) *Router {
+	r := &Router{pool: o.Pool, proxy: o.Proxy, selector: o.Selector, info: o.Info, log: o.Log, now: time.Now}
+	if r.selector == nil {
+		r.selector = RandomSelector{}
+	}
+	r.started = r.now()
+	r.SetSettings(o.Settings)
+	r.table = r.buildRoutes()
+	return r
+}
+
+// SetSettings swaps the settings (hot reload).
+func (r *Router) SetSettings(s Settings) { r.settings.Store(&s) }
+
+func (r *Router) cfg() *Settings { return r.settings.Load() }
+
+// route is one entry of the route table.
+type route struct {
+	method  string
+	handler fasthttp.RequestHandler
+}
+
+// Handler is the fasthttp entry point: route table, method check, dispatch.
+func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
+	path := b2s(ctx.Path())
+	rt, ok := r.table[path]
+	if !ok {
+		writeError(ctx, fasthttp.StatusNotFound, errNotFound, "no route for "+path)
+		return
+	}
+	m := b2s(ctx.Method())
+	if m != rt.method && !(rt.method == fasthttp.MethodGet && m == fasthttp.MethodHead) {
+		ctx.Response.Header.Set("Allow", rt.method)
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, errInvalidRequest, "method "+m+" not allowed on "+path+"; use "+rt.method)
+		return
+	}
+	rt.handler(ctx)
+}
+
+// Handle adds a route (metrics, readiness, …) before the server starts.
+func (r *Router) Handle(method, path string, h fasthttp.RequestHandler) {
+	r.table[path] = route{method, h}
+}
+
+func (r *Router) buildRoutes() map[string]route {
+	post, get := fasthttp.MethodPost, fasthttp.MethodGet
+	t := map[string]route{
+		"/generate":            {post, r.pdHandler("/generate", true)},
+		"/v1/chat/completions": {post, r.pdHandler("/v1/chat/completions", false)},
+		"/v1/completions":      {post, r.pdHandler("/v1/completions", false)},
+		"/health":              {get, r.health},
+		"/health_generate":     {get, r.broadcast(get, "/health_generate")},
+		"/flush_cache":         {post, r.broadcast(post, "/flush_cache")},
+		"/v1/models":           {get, r.fromFirstPrefill("/v1/models")},
+		"/model_info":          {get, r.fromFirstPrefill("/model_info")},
+		"/get_model_info":      {get, r.fromFirstPrefill("/model_info")},
+		"/server_info":         {get, r.serverInfo},
+		"/get_server_info":     {get, r.serverInfo},
+	}
+	return t
+}

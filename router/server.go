@@ -1,0 +1,58 @@
+package router
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+)
+
+// NewServer builds the client-facing fasthttp server with the limits that
+// protect pdlb from slow or hostile clients.
+func (r *Router) NewServer() *fasthttp.Server {
+	cfg := r.cfg()
+	return &fasthttp.Server{
+		Handler:            r.Handler,
+		Name:               "pdlb",
+		ReadTimeout:        cfg.Server.ReadTimeout,
+		WriteTimeout:       cfg.Server.WriteTimeout,
+		IdleTimeout:        cfg.Server.IdleTimeout,
+		ReadBufferSize:     cfg.Server.MaxHeaderBytes,
+		MaxRequestBodySize: cfg.Limits.MaxBodyBytes,
+		ErrorHandler:       r.serverError,
+		Logger:             fasthttpLogger{r},
+	}
+}
+
+// serverError turns fasthttp's own refusals (body too large, header too
+// big, read timeout) into pdlb's JSON error shape.
+func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, errInvalidRequest,
+			"request body larger than limits.max_body_bytes ("+strconv.Itoa(r.cfg().Limits.MaxBodyBytes)+" bytes)")
+	case isTimeout(err):
+		writeError(ctx, fasthttp.StatusRequestTimeout, errInvalidRequest, "request not received in time")
+	case isHeaderTooLarge(err):
+		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, errInvalidRequest, "request headers larger than server.max_header_bytes")
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "malformed HTTP request: "+err.Error())
+	}
+	r.log.Warn().Err(err).Str("remote", ctx.RemoteAddr().String()).Msg("refused malformed request")
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+func isHeaderTooLarge(err error) bool {
+	var se *fasthttp.ErrSmallBuffer
+	return errors.As(err, &se)
+}
+
+type fasthttpLogger struct{ r *Router }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.r.log.Debug().Msgf(format, args...)
+}
