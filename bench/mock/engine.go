@@ -1,0 +1,230 @@
+// Package mock provides SGLang-shaped prefill and decode engines for pdlb's
+// end-to-end tests, its demo and its load benchmarks: the native /generate
+// API (plain and SSE), the OpenAI routes, the info and health routes, a
+// latency model with a bounded batch, and seeded fault injection.
+package mock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+)
+
+// Engine roles, as SGLang's --disaggregation-mode names them.
+const (
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// Options configures an Engine. The zero value of every field means its
+// default; defaults are applied in one place, New.
+type Options struct {
+	// Role is RolePrefill or RoleDecode (default decode). A prefill engine
+	// generates one token and streams a single event.
+	Role string
+	// Model is the served model name (default "mock-model").
+	Model string
+	// OutputLen is the number of tokens generated per item (default 16);
+	// a request's sampling_params.max_new_tokens (OpenAI: max_tokens,
+	// max_completion_tokens) overrides it.
+	OutputLen int
+	// TokenDelay is the pause between stream events when DecodePerToken is
+	// unset (default 5ms; negative: none).
+	TokenDelay time.Duration
+	// KeepOpenAfterDone keeps a stream's body open after `data: [DONE]` until
+	// the client closes the connection or a minute passes, as real engines
+	// sometimes do (default false).
+	KeepOpenAfterDone bool
+
+	// Latency model (issue 4).
+
+	// PrefillPerToken is the time per prompt token before the first output
+	// token, on both roles (a decode waits that long for the KV) (default 0).
+	PrefillPerToken time.Duration
+	// DecodePerToken is the time per output token, for plain answers and
+	// between stream events (default 0: streams use TokenDelay).
+	DecodePerToken time.Duration
+	// MaxBatch is the number of requests served at once; more wait in a FIFO
+	// queue (default 0: unlimited).
+	MaxBatch int
+
+	// Fault injection. Draws come from one generator seeded with Seed, made
+	// in a fixed order per request (error, stall, die), only for
+	// probabilities strictly between 0 and 1.
+
+	// ErrorRate is the share of generation requests answered with
+	// ErrorStatus before any work (default 0).
+	ErrorRate float64
+	// ErrorStatus is the status of injected errors (default 500).
+	ErrorStatus int
+	// StallProb is the share of generation requests accepted and never
+	// answered, until the client leaves, the request is aborted or the
+	// engine shuts down (default 0).
+	StallProb float64
+	// DieMidStreamProb is the share of generation requests whose connection
+	// is closed abruptly: streams after half their events, plain requests
+	// before any answer (default 0).
+	DieMidStreamProb float64
+	// SlowStart answers 503 on /health, /health_generate and generation
+	// routes until that long after New (default 0).
+	SlowStart time.Duration
+	// Seed seeds fault injection (default 0, which is a seed like any other).
+	Seed int64
+
+	// Fast removes every delay and serves plain /generate from precomputed
+	// bytes without parsing (when no hook or fault is configured), for
+	// measuring the balancer rather than the mock.
+	Fast bool
+
+	// BeforeAnswer, when set, runs for every generation request after its
+	// bootstrap fields are validated and before the latency model. A non-nil
+	// error answers with its HTTP status (see StatusError; default 500).
+	// It is where bootstrap behaviour plugs in: see bootstrap.go.
+	BeforeAnswer func(ctx context.Context, req *Request) error
+
+	// Clock tells the time (default time.Now); tests inject one for SlowStart.
+	Clock func() time.Time
+}
+
+// StatusError is an error with the HTTP status a hook wants answered.
+type StatusError struct {
+	Code    int
+	Message string
+}
+
+func (e *StatusError) Error() string { return e.Message }
+
+// Engine is one mock SGLang engine. Build it with New; serve it with Serve
+// or mount Handler on a fasthttp server of your own.
+type Engine struct {
+	opts    Options
+	log     zerolog.Logger
+	started time.Time
+
+	srv    *fasthttp.Server
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	sched scheduler
+	stats stats
+	fast  fastAnswers
+	ids   atomic.Uint64
+
+	abortMu sync.Mutex
+	aborts  map[string]chan struct{} // in-flight requests by client rid
+}
+
+// New builds an Engine with opts' defaults applied.
+func New(opts Options, log zerolog.Logger) *Engine {
+	if opts.Role != RolePrefill {
+		opts.Role = RoleDecode
+	}
+	if opts.Model == "" {
+		opts.Model = "mock-model"
+	}
+	if opts.OutputLen == 0 {
+		opts.OutputLen = 16
+	}
+	opts.OutputLen = min(max(opts.OutputLen, 0), maxOutputTokens)
+	switch {
+	case opts.TokenDelay == 0:
+		opts.TokenDelay = 5 * time.Millisecond
+	case opts.TokenDelay < 0:
+		opts.TokenDelay = 0
+	}
+	if opts.ErrorStatus == 0 {
+		opts.ErrorStatus = fasthttp.StatusInternalServerError
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Fast {
+		opts.TokenDelay, opts.PrefillPerToken, opts.DecodePerToken, opts.MaxBatch = 0, 0, 0, 0
+	}
+	e := &Engine{
+		opts:    opts,
+		log:     log.With().Str("mock", opts.Role).Logger(),
+		started: opts.Clock(),
+		rng:     rand.New(rand.NewPCG(uint64(opts.Seed), 0x9e3779b97f4a7c15)),
+		aborts:  make(map[string]chan struct{}),
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.sched.init(opts.MaxBatch)
+	e.fast = buildFastAnswers(opts)
+	e.srv = &fasthttp.Server{
+		Handler:               e.Handler,
+		Name:                  "pdlb-mock",
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		IdleTimeout:           time.Minute,
+		MaxRequestBodySize:    64 << 20,
+		Concurrency:           1 << 20,
+		Logger:                fasthttpLogger{e.log},
+	}
+	return e
+}
+
+// Serve answers on ln until Shutdown; it may be called for several listeners.
+func (e *Engine) Serve(ln net.Listener) error {
+	return e.srv.Serve(ln)
+}
+
+// Shutdown ends stalls, queues and streams (kept-open ones included), stops
+// the listeners and waits up to 5s for connections to finish.
+func (e *Engine) Shutdown() error {
+	e.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return e.srv.ShutdownWithContext(ctx)
+}
+
+// Options returns the options in effect (defaults applied).
+func (e *Engine) Options() Options { return e.opts }
+
+// stopping is closed when the engine shuts down.
+func (e *Engine) stopping() <-chan struct{} { return e.ctx.Done() }
+
+// starting reports whether SlowStart still holds the engine back.
+func (e *Engine) starting() bool {
+	return e.opts.SlowStart > 0 && e.opts.Clock().Sub(e.started) < e.opts.SlowStart
+}
+
+// newID makes a request id: 32 hex digits like SGLang's uuid4().hex,
+// deterministic per engine and seed.
+func (e *Engine) newID() string {
+	n := e.ids.Add(1)
+	var b [32]byte
+	x := uint64(e.opts.Seed)*0x9e3779b97f4a7c15 + uint64(len(e.opts.Role))
+	for i := 0; i < 16; i++ {
+		b[i] = hexDigits[(x>>(60-4*uint(i)))&0xf]
+	}
+	for i := 0; i < 16; i++ {
+		b[16+i] = hexDigits[(n>>(60-4*uint(i)))&0xf]
+	}
+	return string(b[:])
+}
+
+// statusOf is the HTTP status a hook error asks for.
+func statusOf(err error) (int, string) {
+	var se *StatusError
+	if errors.As(err, &se) && se.Code != 0 {
+		return se.Code, se.Message
+	}
+	return fasthttp.StatusInternalServerError, err.Error()
+}
+
+type fasthttpLogger struct{ log zerolog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug().Msgf(format, args...)
+}

@@ -1,0 +1,251 @@
+package mock
+
+import (
+	"strconv"
+
+	"github.com/tidwall/gjson"
+)
+
+// Request is what the engine understood of one generation request. Hooks
+// (Options.BeforeAnswer) receive it; its slices belong to the engine.
+type Request struct {
+	// Path is the route: "/generate", "/v1/chat/completions" or "/v1/completions".
+	Path string
+	// Body is the raw request body; valid only while the hook runs.
+	Body []byte
+	// Rid is the request id (the client's `rid`, else one the engine made up).
+	Rid string
+	// Stream is true for `"stream": true`.
+	Stream bool
+	// Items is the number of answers: batch items (/generate), prompts × n (OpenAI); at least 1.
+	Items int
+	// Batch is true when /generate got a `text` list or an `input_ids` list of lists.
+	Batch bool
+	// BootstrapHosts, BootstrapPorts and BootstrapRooms hold the request's
+	// bootstrap fields, one entry per item after SGLang's normalisation
+	// (a scalar room r becomes r, r+1, …). A null or absent port is 0.
+	BootstrapHosts []string
+	BootstrapPorts []int
+	BootstrapRooms []uint64
+	// ReturnLogprob is the truthiness of `return_logprob` (OpenAI: `logprobs`).
+	ReturnLogprob bool
+	// MaxTokens is the number of tokens to generate per item.
+	MaxTokens int
+
+	prompts      [][]int32 // token ids per prompt
+	hasRoom      bool
+	includeUsage bool
+	model        string
+	n            int // OpenAI choices per prompt
+}
+
+// maxOutputTokens caps what one request may ask for, so a typo cannot pin the mock.
+const maxOutputTokens = 1 << 16
+
+// parseError is a malformed body: SGLang (FastAPI) answers 400.
+type parseError struct{ msg string }
+
+func (e *parseError) Error() string { return e.msg }
+
+// parseGenerate reads a /generate body (SGLang GenerateReqInput).
+func (e *Engine) parseGenerate(body []byte) (*Request, error) {
+	if !gjson.ValidBytes(body) {
+		return nil, &parseError{"Invalid JSON body"}
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, &parseError{"Input should be a valid dictionary or object to extract fields from"}
+	}
+	r := &Request{Path: pathGenerate, Body: body}
+	text, ids := root.Get("text"), root.Get("input_ids")
+	switch {
+	case text.IsArray():
+		r.Batch = true
+		for _, t := range text.Array() {
+			r.prompts = append(r.prompts, tokenize(nil, t.String()))
+		}
+	case text.Exists() && text.Type != gjson.Null:
+		r.prompts = append(r.prompts, tokenize(nil, text.String()))
+	case ids.IsArray():
+		items := ids.Array()
+		if len(items) > 0 && items[0].IsArray() {
+			r.Batch = true
+			for _, it := range items {
+				r.prompts = append(r.prompts, intList(it))
+			}
+		} else {
+			r.prompts = append(r.prompts, intList(ids))
+		}
+	default:
+		r.prompts = append(r.prompts, nil)
+	}
+	r.Items = max(len(r.prompts), 1)
+	if len(r.prompts) == 0 {
+		r.prompts = append(r.prompts, nil)
+	}
+	r.Stream = root.Get("stream").Bool()
+	r.ReturnLogprob = root.Get("return_logprob").Bool()
+	r.MaxTokens = e.maxTokens(root.Get("sampling_params.max_new_tokens"))
+	r.Rid = firstString(root.Get("rid"))
+	e.readBootstrap(r, root)
+	return r, nil
+}
+
+// parseOpenAI reads a /v1/chat/completions or /v1/completions body.
+func (e *Engine) parseOpenAI(path string, body []byte) (*Request, error) {
+	if !gjson.ValidBytes(body) {
+		return nil, &parseError{"Invalid JSON body"}
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, &parseError{"Input should be a valid dictionary or object to extract fields from"}
+	}
+	r := &Request{Path: path, Body: body}
+	if path == pathChat {
+		var ids []int32
+		for _, m := range root.Get("messages").Array() {
+			c := m.Get("content")
+			if c.IsArray() {
+				for _, part := range c.Array() {
+					ids = tokenize(ids, part.Get("text").String())
+				}
+			} else {
+				ids = tokenize(ids, c.String())
+			}
+		}
+		r.prompts = append(r.prompts, ids)
+		mt := root.Get("max_completion_tokens")
+		if !mt.Exists() || mt.Type == gjson.Null {
+			mt = root.Get("max_tokens")
+		}
+		r.MaxTokens = e.maxTokens(mt)
+	} else {
+		p := root.Get("prompt")
+		switch {
+		case p.IsArray():
+			items := p.Array()
+			switch {
+			case len(items) > 0 && items[0].IsArray():
+				for _, it := range items {
+					r.prompts = append(r.prompts, intList(it))
+				}
+			case len(items) > 0 && items[0].Type == gjson.Number:
+				r.prompts = append(r.prompts, intList(p))
+			default:
+				for _, it := range items {
+					r.prompts = append(r.prompts, tokenize(nil, it.String()))
+				}
+			}
+		default:
+			r.prompts = append(r.prompts, tokenize(nil, p.String()))
+		}
+		if len(r.prompts) == 0 {
+			r.prompts = append(r.prompts, nil)
+		}
+		r.MaxTokens = e.maxTokens(root.Get("max_tokens"))
+	}
+	r.n = 1
+	if n := root.Get("n"); n.Type == gjson.Number && n.Int() > 1 {
+		r.n = int(min(n.Int(), 128))
+	}
+	r.Items = len(r.prompts) * r.n
+	r.Stream = root.Get("stream").Bool()
+	r.includeUsage = root.Get("stream_options.include_usage").Bool()
+	r.ReturnLogprob = root.Get("logprobs").Bool()
+	r.model = root.Get("model").String()
+	r.Rid = firstString(root.Get("rid"))
+	e.readBootstrap(r, root)
+	return r, nil
+}
+
+// readBootstrap fills the bootstrap fields, normalised to one entry per item
+// the way SGLang's _normalize_bootstrap_params does. Rooms are parsed from the
+// raw bytes: they reach 2^63-1 and must never pass through a float64.
+func (e *Engine) readBootstrap(r *Request, root gjson.Result) {
+	room := root.Get("bootstrap_room")
+	switch {
+	case room.IsArray():
+		r.hasRoom = true
+		for _, v := range room.Array() {
+			u, _ := strconv.ParseUint(v.Raw, 10, 64)
+			r.BootstrapRooms = append(r.BootstrapRooms, u)
+		}
+	case room.Type == gjson.Number:
+		r.hasRoom = true
+		u, _ := strconv.ParseUint(room.Raw, 10, 64)
+		for i := 0; i < r.Items; i++ {
+			r.BootstrapRooms = append(r.BootstrapRooms, u+uint64(i))
+		}
+	}
+	host := root.Get("bootstrap_host")
+	if host.IsArray() {
+		for _, v := range host.Array() {
+			r.BootstrapHosts = append(r.BootstrapHosts, v.String())
+		}
+	} else if host.Type == gjson.String {
+		for i := 0; i < r.Items; i++ {
+			r.BootstrapHosts = append(r.BootstrapHosts, host.Str)
+		}
+	}
+	port := root.Get("bootstrap_port")
+	if port.IsArray() {
+		for _, v := range port.Array() {
+			r.BootstrapPorts = append(r.BootstrapPorts, int(v.Int()))
+		}
+	} else if port.Exists() {
+		for i := 0; i < r.Items; i++ {
+			r.BootstrapPorts = append(r.BootstrapPorts, int(port.Int()))
+		}
+	}
+}
+
+// maxTokens is the request's output length: its own limit, else Options.OutputLen;
+// a prefill engine always produces one token, as SGLang's does.
+func (e *Engine) maxTokens(v gjson.Result) int {
+	if e.opts.Role == RolePrefill {
+		return 1
+	}
+	if v.Type == gjson.Number {
+		return int(min(max(v.Int(), 0), maxOutputTokens))
+	}
+	return e.opts.OutputLen
+}
+
+func intList(v gjson.Result) []int32 {
+	var ids []int32
+	v.ForEach(func(_, x gjson.Result) bool {
+		ids = append(ids, int32(x.Int()))
+		return true
+	})
+	return ids
+}
+
+func firstString(v gjson.Result) string {
+	if v.IsArray() {
+		return v.Get("0").String()
+	}
+	if v.Type == gjson.String {
+		return v.Str
+	}
+	return ""
+}
+
+// promptTokens is the number of prompt tokens of item i.
+func (r *Request) promptTokens(i int) int {
+	if r.n > 1 {
+		i /= r.n
+	}
+	if i < len(r.prompts) {
+		return len(r.prompts[i])
+	}
+	return 0
+}
+
+// totalPromptTokens is the number of prompt tokens the engine must prefill.
+func (r *Request) totalPromptTokens() int {
+	t := 0
+	for _, p := range r.prompts {
+		t += len(p)
+	}
+	return t
+}

@@ -1,0 +1,56 @@
+package config
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestDefault(t *testing.T) {
+	d := Default()
+	tests := []struct {
+		key  string
+		got  any
+		want any
+	}{
+		{"server.host", d.Server.Host, "0.0.0.0"},
+		{"server.port", d.Server.Port, 8000},
+		{"server.idle_timeout", d.Server.IdleTimeout, 120 * time.Second},
+		{"server.max_header_bytes", d.Server.MaxHeaderBytes, 16384},
+		{"timeouts.decode_first_byte", d.Timeouts.DecodeFirstByte, 600 * time.Second},
+		{"limits.max_body_bytes", d.Limits.MaxBodyBytes, 67108864},
+		{"log.format", d.Log.Format, "json"},
+		{"bootstrap.mode", d.Bootstrap.Mode, "embedded"},
+		{"bootstrap.lookup_attempts", d.Bootstrap.LookupAttempts, 20},
+		{"breaker.enabled", d.Breaker.Enabled, true},
+		{"breaker.failure_ratio", d.Breaker.FailureRatio, 0.5},
+		{"retry.initial", d.Retry.Initial, 50 * time.Millisecond},
+		{"admin.port", d.Admin.Port, 8001},
+		{"metrics.enabled", d.Metrics.Enabled, true},
+		{"prefill", len(d.Prefill), 0},
+		{"decode", len(d.Decode), 0},
+	}
+	for _, tt := range tests {
+		if !reflect.DeepEqual(tt.got, tt.want) {
+			t.Errorf("%s = %v, want %v", tt.key, tt.got, tt.want)
+		}
+	}
+}
+
+// The defaults are valid as soon as backends are added: nothing else is
+// needed to run.
+func TestDefaultValidWithBackends(t *testing.T) {
+	c := Default()
+	c.Prefill = []Prefill{{URL: "http://p:30000"}}
+	c.Decode = []Decode{{URL: "http://d:30001"}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The env mapping compares underscore forms, so two keys must never share one.
+func TestEnvNamesUnique(t *testing.T) {
+	if len(envKeys) != len(leafKeys) {
+		t.Fatalf("%d keys but %d env names: two keys share an underscore form", len(leafKeys), len(envKeys))
+	}
+}

@@ -1,0 +1,234 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate checks values Load cannot judge alone: ranges, enums, URLs and
+// conflicts between keys. It returns the first problem as *Error, in the
+// order keys appear in config.yaml, so the answer is stable.
+func (c *Config) Validate() error {
+	if err := checkNonNegative(reflect.ValueOf(*c), ""); err != nil {
+		return err
+	}
+	checks := []func() *Error{
+		c.checkServer,
+		c.checkBackends,
+		c.checkLimits,
+		c.checkLog,
+		c.checkBootstrap,
+		c.checkBreaker,
+		c.checkRetry,
+		c.checkHealth,
+		c.checkAdmin,
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNonNegative refuses negative durations and counts anywhere in the
+// tree; no field of Config gives a negative value a meaning.
+func checkNonNegative(v reflect.Value, path string) *Error {
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		key := joinKey(path, f.Tag.Get("koanf"))
+		switch {
+		case f.Type.Kind() == reflect.Struct:
+			if err := checkNonNegative(fv, key); err != nil {
+				return err
+			}
+		case f.Type == durationType && fv.Int() < 0:
+			return errorf(key, time.Duration(fv.Int()).String()+" must not be negative")
+		case f.Type.Kind() == reflect.Int && fv.Int() < 0:
+			return errorf(key, strconv.FormatInt(fv.Int(), 10)+" must not be negative")
+		}
+	}
+	return nil
+}
+
+func checkPort(key string, port, low int) *Error {
+	if port < low || port > 65535 {
+		return errorf(key, fmt.Sprintf("%d out of range %d..65535", port, low))
+	}
+	return nil
+}
+
+func oneOf(key, val string, allowed ...string) *Error {
+	if !slices.Contains(allowed, val) {
+		return errorf(key, fmt.Sprintf("%q is not one of %s", val, strings.Join(allowed, ", ")))
+	}
+	return nil
+}
+
+func (c *Config) checkServer() *Error {
+	return checkPort("server.port", c.Server.Port, 1)
+}
+
+func (c *Config) checkAdmin() *Error {
+	if err := checkPort("admin.port", c.Admin.Port, 0); err != nil {
+		return err
+	}
+	if c.Admin.Port != 0 && c.Admin.Port == c.Server.Port {
+		return errorf("admin.port", fmt.Sprintf("%d is also server.port", c.Admin.Port))
+	}
+	return nil
+}
+
+// checkBackends validates URLs and refuses a backend listed twice, within or
+// across the pools: one engine in two roles or twice in a pool would skew
+// selection and corrupt the bootstrap rendezvous.
+func (c *Config) checkBackends() *Error {
+	seen := map[string]string{} // normalized URL -> key that first named it
+	add := func(key, raw string) *Error {
+		norm, err := normalizeURL(raw)
+		if err != nil {
+			return errorf(key, err.Error())
+		}
+		if first, dup := seen[norm]; dup {
+			return errorf(key, fmt.Sprintf("duplicate backend %s (also %s)", raw, first))
+		}
+		seen[norm] = key
+		return nil
+	}
+	for i, p := range c.Prefill {
+		if err := add(fmt.Sprintf("prefill[%d].url", i), p.URL); err != nil {
+			return err
+		}
+		if p.BootstrapPort != nil {
+			if err := checkPort(fmt.Sprintf("prefill[%d].bootstrap_port", i), *p.BootstrapPort, 1); err != nil {
+				return err
+			}
+		}
+	}
+	for i, d := range c.Decode {
+		if err := add(fmt.Sprintf("decode[%d].url", i), d.URL); err != nil {
+			return err
+		}
+	}
+	if len(c.Prefill) == 0 {
+		return errorf("prefill", "at least one prefill backend is required")
+	}
+	if len(c.Decode) == 0 {
+		return errorf("decode", "at least one decode backend is required")
+	}
+	return nil
+}
+
+// normalizeURL checks a backend URL and returns a form in which two
+// spellings of one engine ("http://P:80/" and "http://p") compare equal.
+func normalizeURL(raw string) (string, error) {
+	if raw == "" {
+		return "", fmt.Errorf("URL is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a URL", raw)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != "http" && scheme != "https" {
+		return "", fmt.Errorf("%q must start with http:// or https://", raw)
+	}
+	if u.Hostname() == "" {
+		return "", fmt.Errorf("%q has no host", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("%q must not carry a query, fragment or user info", raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[scheme]
+	}
+	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port + strings.TrimRight(u.Path, "/"), nil
+}
+
+func (c *Config) checkLimits() *Error {
+	if c.Limits.MaxBodyBytes <= 0 {
+		return errorf("limits.max_body_bytes", fmt.Sprintf("%d must be positive", c.Limits.MaxBodyBytes))
+	}
+	return nil
+}
+
+func (c *Config) checkLog() *Error {
+	if err := oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error"); err != nil {
+		return err
+	}
+	return oneOf("log.format", c.Log.Format, "json", "console")
+}
+
+func (c *Config) checkBootstrap() *Error {
+	b := c.Bootstrap
+	if err := oneOf("bootstrap.mode", b.Mode, "embedded", "external"); err != nil {
+		return err
+	}
+	if b.LookupAttempts < 1 {
+		return errorf("bootstrap.lookup_attempts", fmt.Sprintf("%d must be at least 1", b.LookupAttempts))
+	}
+	if b.Mode != "embedded" {
+		return nil
+	}
+	if b.AdvertiseHost == "" {
+		return errorf("bootstrap.advertise_host", "required in embedded mode (engines must reach the registry)")
+	}
+	// In embedded mode each bootstrap port is one registry listener owned by
+	// one prefill; a shared or clashing port would mix registrations or fail to bind.
+	owner := map[int]string{c.Server.Port: "server.port"}
+	if c.Admin.Port != 0 {
+		owner[c.Admin.Port] = "admin.port"
+	}
+	for i, p := range c.Prefill {
+		port := DefaultBootstrapPort
+		if p.BootstrapPort != nil {
+			port = *p.BootstrapPort
+		}
+		key := fmt.Sprintf("prefill[%d].bootstrap_port", i)
+		if first, dup := owner[port]; dup {
+			return errorf(key, fmt.Sprintf("duplicate bootstrap port %d (also %s; embedded mode needs one port per prefill)", port, first))
+		}
+		owner[port] = key
+	}
+	return nil
+}
+
+func (c *Config) checkBreaker() *Error {
+	r := c.Breaker.FailureRatio
+	if math.IsNaN(r) || r < 0 || r > 1 {
+		return errorf("breaker.failure_ratio", fmt.Sprintf("%v out of range 0..1", r))
+	}
+	return nil
+}
+
+func (c *Config) checkRetry() *Error {
+	if c.Retry.MaxAttempts < 1 {
+		return errorf("retry.max_attempts", fmt.Sprintf("%d must be at least 1 (1 disables retries)", c.Retry.MaxAttempts))
+	}
+	if c.Retry.Max < c.Retry.Initial {
+		return errorf("retry.max", fmt.Sprintf("%s is below retry.initial %s", c.Retry.Max, c.Retry.Initial))
+	}
+	return nil
+}
+
+func (c *Config) checkHealth() *Error {
+	h := c.Health
+	if h.Interval == 0 {
+		return nil
+	}
+	if h.FailThreshold < 1 {
+		return errorf("health.fail_threshold", fmt.Sprintf("%d must be at least 1", h.FailThreshold))
+	}
+	if h.PassThreshold < 1 {
+		return errorf("health.pass_threshold", fmt.Sprintf("%d must be at least 1", h.PassThreshold))
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package config
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validConfig() Config {
+	c := Default()
+	c.Prefill = []Prefill{{URL: "http://p:30000", BootstrapPort: intp(8998)}, {URL: "http://p2:30000", BootstrapPort: intp(8999)}}
+	c.Decode = []Decode{{URL: "http://d:30001"}}
+	return c
+}
+
+func intp(n int) *int { return &n }
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(c *Config)
+		wantKey string
+		wantMsg string
+	}{
+		{"server port high", func(c *Config) { c.Server.Port = 70000 }, "server.port", "70000 out of range 1..65535"},
+		{"server port zero", func(c *Config) { c.Server.Port = 0 }, "server.port", "out of range"},
+		{"admin port high", func(c *Config) { c.Admin.Port = 65536 }, "admin.port", "out of range 0..65535"},
+		{"admin port = server port", func(c *Config) { c.Admin.Port = 8000 }, "admin.port", "server.port"},
+		{"bootstrap port high", func(c *Config) { c.Prefill[1].BootstrapPort = intp(70000) }, "prefill[1].bootstrap_port", "out of range"},
+		{"bootstrap port zero", func(c *Config) { c.Prefill[0].BootstrapPort = intp(0) }, "prefill[0].bootstrap_port", "out of range"},
+		{"url scheme", func(c *Config) { c.Prefill[0].URL = "ftp://p:1" }, "prefill[0].url", "http:// or https://"},
+		{"url no scheme", func(c *Config) { c.Decode[0].URL = "d:30001" }, "decode[0].url", "http:// or https://"},
+		{"url no host", func(c *Config) { c.Decode[0].URL = "http://" }, "decode[0].url", "no host"},
+		{"url empty", func(c *Config) { c.Decode[0].URL = "" }, "decode[0].url", "required"},
+		{"url unparsable", func(c *Config) { c.Decode[0].URL = "http://[::1" }, "decode[0].url", "not a URL"},
+		{"url query", func(c *Config) { c.Decode[0].URL = "http://d:1/?x=1" }, "decode[0].url", "query"},
+		{"duplicate prefill", func(c *Config) { c.Prefill[1].URL = "http://p:30000" }, "prefill[1].url", "duplicate backend http://p:30000 (also prefill[0].url)"},
+		{"duplicate across pools", func(c *Config) { c.Decode[0].URL = "HTTP://P:30000/" }, "decode[0].url", "duplicate backend"},
+		{"duplicate by default port", func(c *Config) {
+			c.Decode = append(c.Decode, Decode{URL: "http://e"}, Decode{URL: "http://e:80"})
+		}, "decode[2].url", "duplicate backend"},
+		{"no prefill", func(c *Config) { c.Prefill = nil }, "prefill", "at least one prefill"},
+		{"no decode", func(c *Config) { c.Decode = nil }, "decode", "at least one decode backend is required"},
+		{"log level", func(c *Config) { c.Log.Level = "verbose" }, "log.level", `"verbose" is not one of`},
+		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", "json, console"},
+		{"bootstrap mode", func(c *Config) { c.Bootstrap.Mode = "remote" }, "bootstrap.mode", "embedded, external"},
+		{"duplicate bootstrap port", func(c *Config) { c.Prefill[1].BootstrapPort = intp(8998) }, "prefill[1].bootstrap_port", "duplicate bootstrap port 8998"},
+		{"nil bootstrap port is 8998", func(c *Config) { c.Prefill[1].BootstrapPort = nil }, "prefill[1].bootstrap_port", "duplicate bootstrap port 8998"},
+		{"bootstrap port = server port", func(c *Config) { c.Prefill[0].BootstrapPort = intp(8000) }, "prefill[0].bootstrap_port", "server.port"},
+		{"advertise host empty", func(c *Config) { c.Bootstrap.AdvertiseHost = "" }, "bootstrap.advertise_host", "required"},
+		{"lookup attempts", func(c *Config) { c.Bootstrap.LookupAttempts = 0 }, "bootstrap.lookup_attempts", "at least 1"},
+		{"negative duration", func(c *Config) { c.Timeouts.DecodeIdle = -time.Second }, "timeouts.decode_idle", "-1s must not be negative"},
+		{"negative limit", func(c *Config) { c.Limits.QueueSize = -1 }, "limits.queue_size", "must not be negative"},
+		{"negative nested duration", func(c *Config) { c.Bootstrap.InfoWait = -1 }, "bootstrap.info_wait", "negative"},
+		{"failure ratio high", func(c *Config) { c.Breaker.FailureRatio = 1.5 }, "breaker.failure_ratio", "out of range 0..1"},
+		{"failure ratio negative", func(c *Config) { c.Breaker.FailureRatio = -0.1 }, "breaker.failure_ratio", "out of range"},
+		{"failure ratio NaN", func(c *Config) { c.Breaker.FailureRatio = math.NaN() }, "breaker.failure_ratio", "out of range"},
+		{"max attempts", func(c *Config) { c.Retry.MaxAttempts = 0 }, "retry.max_attempts", "at least 1"},
+		{"retry max below initial", func(c *Config) { c.Retry.Max = time.Millisecond }, "retry.max", "below retry.initial"},
+		{"max body zero", func(c *Config) { c.Limits.MaxBodyBytes = 0 }, "limits.max_body_bytes", "must be positive"},
+		{"health threshold", func(c *Config) { c.Health.FailThreshold = 0 }, "health.fail_threshold", "at least 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v (%T), want *config.Error", err, err)
+			}
+			if ce.Key != tt.wantKey {
+				t.Errorf("key = %q, want %q (%v)", ce.Key, tt.wantKey, err)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("err = %q, want it to contain %q", err, tt.wantMsg)
+			}
+			if !strings.HasPrefix(err.Error(), "config: "+tt.wantKey+": ") {
+				t.Errorf("err = %q, want the form \"config: KEY: problem\"", err)
+			}
+		})
+	}
+}
+
+// Cases that look odd but are allowed, so the checks above are not too eager.
+func TestValidateAccepts(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+	}{
+		{"admin off", func(c *Config) { c.Admin.Port = 0 }},
+		{"https backend with path", func(c *Config) { c.Decode[0].URL = "https://d.example/engine" }},
+		{"shared bootstrap port in external mode", func(c *Config) {
+			c.Bootstrap.Mode = "external"
+			c.Prefill[0].BootstrapPort, c.Prefill[1].BootstrapPort = nil, nil
+		}},
+		{"one null bootstrap port", func(c *Config) { c.Prefill[0].BootstrapPort = nil }},
+		{"ratio rule off", func(c *Config) { c.Breaker.FailureRatio = 0 }},
+		{"health checks off", func(c *Config) { c.Health.Interval, c.Health.FailThreshold = 0, 0 }},
+		{"no concurrency cap", func(c *Config) { c.Limits.MaxConcurrentRequests = 0 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(&c)
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestErrorOneLine(t *testing.T) {
+	e := &Error{Key: "server", Problem: "line one\n  line two"}
+	if got, want := e.Error(), "config: server: line one line two"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if got, want := (&Error{Problem: "no key"}).Error(), "config: no key"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
