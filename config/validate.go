@@ -137,8 +137,16 @@ func normalizeURL(raw string) (string, error) {
 		return "", fmt.Errorf("%q is not a URL", raw)
 	}
 	scheme := strings.ToLower(u.Scheme)
-	if scheme != "http" && scheme != "https" {
-		return "", fmt.Errorf("%q must start with http:// or https://", raw)
+	if scheme == "https" {
+		// Engines serve plain HTTP inside the cluster; pdlb's upstream
+		// connections are plain TCP.
+		return "", fmt.Errorf("%q: https:// backends are not supported, use http://", raw)
+	}
+	if scheme != "http" {
+		return "", fmt.Errorf("%q must start with http://", raw)
+	}
+	if strings.Trim(u.Path, "/") != "" {
+		return "", fmt.Errorf("%q must not have a path: pdlb appends the route (/generate, …) to host:port", raw)
 	}
 	if u.Hostname() == "" {
 		return "", fmt.Errorf("%q has no host", raw)
@@ -148,9 +156,9 @@ func normalizeURL(raw string) (string, error) {
 	}
 	port := u.Port()
 	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[scheme]
+		port = "80"
 	}
-	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port + strings.TrimRight(u.Path, "/"), nil
+	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port, nil
 }
 
 func (c *Config) checkLimits() *Error {

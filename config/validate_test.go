@@ -30,8 +30,10 @@ func TestValidate(t *testing.T) {
 		{"admin port = server port", func(c *Config) { c.Admin.Port = 8000 }, "admin.port", "server.port"},
 		{"bootstrap port high", func(c *Config) { c.Prefill[1].BootstrapPort = intp(70000) }, "prefill[1].bootstrap_port", "out of range"},
 		{"bootstrap port zero", func(c *Config) { c.Prefill[0].BootstrapPort = intp(0) }, "prefill[0].bootstrap_port", "out of range"},
-		{"url scheme", func(c *Config) { c.Prefill[0].URL = "ftp://p:1" }, "prefill[0].url", "http:// or https://"},
-		{"url no scheme", func(c *Config) { c.Decode[0].URL = "d:30001" }, "decode[0].url", "http:// or https://"},
+		{"url scheme", func(c *Config) { c.Prefill[0].URL = "ftp://p:1" }, "prefill[0].url", "must start with http://"},
+		{"url no scheme", func(c *Config) { c.Decode[0].URL = "d:30001" }, "decode[0].url", "must start with http://"},
+		{"url https", func(c *Config) { c.Decode[0].URL = "https://d:1" }, "decode[0].url", "https:// backends are not supported"},
+		{"url path", func(c *Config) { c.Decode[0].URL = "http://d:1/engine" }, "decode[0].url", "must not have a path"},
 		{"url no host", func(c *Config) { c.Decode[0].URL = "http://" }, "decode[0].url", "no host"},
 		{"url empty", func(c *Config) { c.Decode[0].URL = "" }, "decode[0].url", "required"},
 		{"url unparsable", func(c *Config) { c.Decode[0].URL = "http://[::1" }, "decode[0].url", "not a URL"},
@@ -91,7 +93,7 @@ func TestValidateAccepts(t *testing.T) {
 		mutate func(c *Config)
 	}{
 		{"admin off", func(c *Config) { c.Admin.Port = 0 }},
-		{"https backend with path", func(c *Config) { c.Decode[0].URL = "https://d.example/engine" }},
+		{"trailing slash", func(c *Config) { c.Decode[0].URL = "http://d.example/" }},
 		{"shared bootstrap port in external mode", func(c *Config) {
 			c.Bootstrap.Mode = "external"
 			c.Prefill[0].BootstrapPort, c.Prefill[1].BootstrapPort = nil, nil

@@ -99,3 +99,6 @@ func (b *Breaker) record(done func(error), err error) {
 	}
 	done(err)
 }
+
+// SetBreaker attaches a circuit breaker to the backend (before it serves).
+func (b *Backend) SetBreaker(br *Breaker) { b.breaker = br }

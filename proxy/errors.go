@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"strconv"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Kind says how an upstream leg failed; it decides the client status and
@@ -109,7 +111,7 @@ func (e *UpstreamError) CountsAsFailure() bool {
 }
 
 func classify(err error) Kind {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) {
 		return KindTimeout
 	}
 	var ne net.Error

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -50,6 +51,7 @@ func newBackend(t *testing.T, h fasthttp.RequestHandler) *backend {
 			}
 		},
 		CloseOnShutdown: true,
+		Logger:          quietLogger{},
 	}
 	go b.srv.Serve(ln)
 	t.Cleanup(func() { b.srv.Shutdown() })
@@ -163,4 +165,63 @@ func post(t *testing.T, url, body string) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	return resp, string(b)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// rawBackend answers every request on a connection with raw bytes and then
+// closes the connection: for answers no well-behaved server would send.
+func rawBackend(t *testing.T, raw string) *backend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{t: t, ln: ln, URL: "http://" + ln.Addr().String(), closed: make(chan struct{}, 1024)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				body, _ := io.ReadAll(req.Body)
+				b.mu.Lock()
+				b.bodies = append(b.bodies, body)
+				b.paths = append(b.paths, req.URL.Path)
+				b.mu.Unlock()
+				c.Write([]byte(raw))
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return b
+}
+
+func (b *backend) lastPath() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.paths) == 0 {
+		return ""
+	}
+	return b.paths[len(b.paths)-1]
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
 }

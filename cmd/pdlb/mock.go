@@ -1,0 +1,69 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"pdlb/bench/mock"
+	"pdlb/config"
+)
+
+func mockCmd(args []string) error {
+	fs := flag.NewFlagSet("pdlb mock", flag.ContinueOnError)
+	var o mock.Options
+	host := fs.String("host", "127.0.0.1", "address to listen on")
+	port := fs.Int("port", 0, "port to listen on (required)")
+	fs.StringVar(&o.Role, "role", "", "prefill or decode (required)")
+	fs.StringVar(&o.Model, "model", "mock-model", "model name reported by the info routes")
+	tokenDelay := fs.Duration("token-delay", 5*time.Millisecond, "delay per streamed token (0: none)")
+	fs.IntVar(&o.OutputLen, "output-len", 16, "tokens generated when the request does not say")
+	fs.DurationVar(&o.PrefillPerToken, "prefill-per-token", 0, "latency model: prefill time per input token")
+	fs.DurationVar(&o.DecodePerToken, "decode-per-token", 0, "latency model: decode time per output token")
+	fs.IntVar(&o.MaxBatch, "max-batch", 0, "latency model: concurrent requests; more queue (0: unlimited)")
+	fs.Float64Var(&o.ErrorRate, "error-rate", 0, "fault: fraction of requests answered with --error-status")
+	fs.IntVar(&o.ErrorStatus, "error-status", 500, "fault: status of injected errors")
+	fs.Float64Var(&o.StallProb, "stall-prob", 0, "fault: fraction of requests accepted and never answered")
+	fs.Float64Var(&o.DieMidStreamProb, "die-mid-stream", 0, "fault: fraction of requests whose connection is cut mid-answer")
+	fs.DurationVar(&o.SlowStart, "slow-start", 0, "fault: answer 503 until this long after start")
+	fs.BoolVar(&o.KeepOpenAfterDone, "keep-open", false, "keep stream bodies open after data: [DONE]")
+	fs.BoolVar(&o.Fast, "fast", false, "answer at once with minimal work (for measuring the balancer)")
+	fs.Int64Var(&o.Seed, "seed", 0, "seed for fault injection")
+	level := fs.String("log-level", "info", "log level")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, err}
+	}
+	if o.Role != mock.RolePrefill && o.Role != mock.RoleDecode {
+		return &exitError{2, fmt.Errorf("mock: --role must be prefill or decode, got %q", o.Role)}
+	}
+	if *port <= 0 || *port > 65535 {
+		return &exitError{2, fmt.Errorf("mock: --port %d out of range 1..65535", *port)}
+	}
+	o.TokenDelay = *tokenDelay
+	if o.TokenDelay == 0 {
+		o.TokenDelay = -1 // the engine reads 0 as "default"
+	}
+	log := newLogger(config.Log{Level: *level, Format: "console"}).With().Str("mock", o.Role).Logger()
+	e, err := startMock(o, net.JoinHostPort(*host, strconv.Itoa(*port)), log)
+	if err != nil {
+		return err
+	}
+	waitForSignal()
+	return e.Shutdown()
+}
+
+// startMock listens on addr and serves a mock engine in the background.
+func startMock(o mock.Options, addr string, log zerolog.Logger) (*mock.Engine, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("mock %s: listen %s: %w", o.Role, addr, err)
+	}
+	e := mock.New(o, log)
+	go e.Serve(ln)
+	log.Info().Str("addr", ln.Addr().String()).Msg("mock engine listening")
+	return e, nil
+}
