@@ -90,6 +90,7 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 		}
 		exclude = append(exclude, uerr.Backend)
 		r.log.Warn().Str("request_id", lg.requestID).Int("attempt", attempt).Err(uerr).Msg("retrying on another pair")
+		r.metrics.Retry(path)
 		if !sleepUntil(backoff(cfg.Retry.Initial, cfg.Retry.Max, attempt), deadline) {
 			break
 		}
@@ -223,6 +224,7 @@ func contains(list []*proxy.Backend, b *proxy.Backend) bool {
 // a relay that runs after the handler returns.
 func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, start time.Time) {
 	lg.status = ans.Status
+	r.metrics.TTFT(lg.path, r.now().Sub(start))
 	if ans.Stream == nil {
 		ctx.SetStatusCode(ans.Status)
 		ctx.SetContentTypeBytes(ans.ContentType)
@@ -251,7 +253,10 @@ func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, 
 	})
 }
 
+// logPD finishes a fan-out request: its one log line and its metrics.
 func (r *Router) logPD(lg *pdLog, start time.Time) {
+	elapsed := r.now().Sub(start)
+	r.metrics.Request(lg.path, lg.status, elapsed)
 	var ev *zerolog.Event
 	switch {
 	case lg.status >= 500 || lg.status == 499:
@@ -266,7 +271,7 @@ func (r *Router) logPD(lg *pdLog, start time.Time) {
 	}
 	ev = ev.Str("method", "POST").Str("path", lg.path).Int("status", lg.status).
 		Str("request_id", lg.requestID).Str("prefill", lg.prefill).Str("decode", lg.decode).
-		Uint64("room", lg.room).Int("attempts", lg.attempts).Dur("duration", r.now().Sub(start)).
+		Uint64("room", lg.room).Int("attempts", lg.attempts).Dur("duration", elapsed).
 		Int("bytes", lg.bytes)
 	if lg.events > 0 {
 		ev = ev.Int("events", lg.events)

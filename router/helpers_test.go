@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -88,60 +89,48 @@ type lb struct {
 	URL    string
 	router *Router
 	pool   *proxy.Pool
+	svc    *Service
 }
 
 type lbOption func(*config.Config)
 
 func testConfig() config.Config {
 	c := config.Config{}
-	c.Server = config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: 16384}
+	c.Server = config.Server{Host: "127.0.0.1", Port: 0, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: 16384}
 	c.Timeouts = config.Timeouts{Connect: time.Second, PrefillFirstByte: 5 * time.Second, DecodeFirstByte: 5 * time.Second, DecodeIdle: 5 * time.Second, Request: 10 * time.Second}
 	c.Limits = config.Limits{MaxBodyBytes: 1 << 20}
 	c.Retry = config.Retry{MaxAttempts: 1, Initial: time.Millisecond, Max: 10 * time.Millisecond}
+	c.Bootstrap.Mode = "external"
+	c.Metrics.Enabled = true
 	return c
 }
 
 func startLB(t *testing.T, prefills []*backend, decodes []*backend, opts ...lbOption) *lb {
 	t.Helper()
 	cfg := testConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	pool := proxy.NewPool(nil)
+	port := 8998
 	for _, p := range prefills {
-		b, err := proxy.NewBackend(p.URL, proxy.Prefill, cfg.Timeouts.Connect)
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := 8998
-		b.SetBootstrap(&port, "", 8998)
-		pool.Add(b)
+		cfg.Prefill = append(cfg.Prefill, config.Prefill{URL: p.URL, BootstrapPort: &port})
 	}
 	for _, d := range decodes {
-		b, err := proxy.NewBackend(d.URL, proxy.Decode, cfg.Timeouts.Connect)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool.Add(b)
+		cfg.Decode = append(cfg.Decode, config.Decode{URL: d.URL})
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	log := zerolog.New(io.Discard)
 	if testing.Verbose() {
 		log = zerolog.New(zerolog.NewTestWriter(t))
 	}
-	r := New(Options{
-		Settings: Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts},
-		Pool:     pool,
-		Proxy:    proxy.New(cfg.Timeouts, log),
-		Log:      log,
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	svc, err := NewService(&cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := r.NewServer()
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return &lb{URL: "http://" + ln.Addr().String(), router: r, pool: pool}
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return &lb{URL: "http://" + svc.Addr(), router: svc.Router, pool: svc.Pool, svc: svc}
 }
 
 // jsonAnswer is a handler answering a fixed JSON body.
@@ -224,4 +213,18 @@ func waitFor(d time.Duration, cond func() bool) bool {
 		time.Sleep(2 * time.Millisecond)
 	}
 	return true
+}
+
+func get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
 }

@@ -32,6 +32,7 @@ type Router struct {
 	proxy    *proxy.Proxy
 	selector Selector
 	info     InfoSource
+	metrics  *Metrics
 	log      zerolog.Logger
 	now      func() time.Time
 	started  time.Time
@@ -47,12 +48,14 @@ type Options struct {
 	Selector Selector
 	// Info answers DP-rank questions about prefills; nil disables rank checks.
 	Info InfoSource
-	Log  zerolog.Logger
+	// Metrics records request series; nil disables them.
+	Metrics *Metrics
+	Log     zerolog.Logger
 }
 
 // New builds a Router.
 func New(o Options) *Router {
-	r := &Router{pool: o.Pool, proxy: o.Proxy, selector: o.Selector, info: o.Info, log: o.Log, now: time.Now}
+	r := &Router{pool: o.Pool, proxy: o.Proxy, selector: o.Selector, info: o.Info, metrics: o.Metrics, log: o.Log, now: time.Now}
 	if r.selector == nil {
 		r.selector = RandomSelector{}
 	}
@@ -71,6 +74,8 @@ func (r *Router) cfg() *Settings { return r.settings.Load() }
 type route struct {
 	method  string
 	handler fasthttp.RequestHandler
+	// pd routes record their metrics themselves (streams end after the handler).
+	pd bool
 }
 
 // Handler is the fasthttp entry point: route table, method check, dispatch.
@@ -87,28 +92,34 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusMethodNotAllowed, errInvalidRequest, "method "+m+" not allowed on "+path+"; use "+rt.method)
 		return
 	}
+	if rt.pd {
+		rt.handler(ctx) // records its own metrics when it finishes
+		return
+	}
+	start := r.now()
 	rt.handler(ctx)
+	r.metrics.Request(path, ctx.Response.StatusCode(), r.now().Sub(start))
 }
 
 // Handle adds a route (metrics, readiness, …) before the server starts.
 func (r *Router) Handle(method, path string, h fasthttp.RequestHandler) {
-	r.table[path] = route{method, h}
+	r.table[path] = route{method: method, handler: h}
 }
 
 func (r *Router) buildRoutes() map[string]route {
 	post, get := fasthttp.MethodPost, fasthttp.MethodGet
 	t := map[string]route{
-		"/generate":            {post, r.pdHandler("/generate", true)},
-		"/v1/chat/completions": {post, r.pdHandler("/v1/chat/completions", false)},
-		"/v1/completions":      {post, r.pdHandler("/v1/completions", false)},
-		"/health":              {get, r.health},
-		"/health_generate":     {get, r.broadcast(get, "/health_generate")},
-		"/flush_cache":         {post, r.broadcast(post, "/flush_cache")},
-		"/v1/models":           {get, r.fromFirstPrefill("/v1/models")},
-		"/model_info":          {get, r.fromFirstPrefill("/model_info")},
-		"/get_model_info":      {get, r.fromFirstPrefill("/model_info")},
-		"/server_info":         {get, r.serverInfo},
-		"/get_server_info":     {get, r.serverInfo},
+		"/generate":            {post, r.pdHandler("/generate", true), true},
+		"/v1/chat/completions": {post, r.pdHandler("/v1/chat/completions", false), true},
+		"/v1/completions":      {post, r.pdHandler("/v1/completions", false), true},
+		"/health":              {get, r.health, false},
+		"/health_generate":     {get, r.broadcast(get, "/health_generate"), false},
+		"/flush_cache":         {post, r.broadcast(post, "/flush_cache"), false},
+		"/v1/models":           {get, r.fromFirstPrefill("/v1/models"), false},
+		"/model_info":          {get, r.fromFirstPrefill("/model_info"), false},
+		"/get_model_info":      {get, r.fromFirstPrefill("/model_info"), false},
+		"/server_info":         {get, r.serverInfo, false},
+		"/get_server_info":     {get, r.serverInfo, false},
 	}
 	return t
 }

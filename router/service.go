@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/rs/zerolog"
-	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
@@ -18,8 +17,9 @@ import (
 // and the client-facing server. cmd/pdlb only parses arguments, builds one
 // and waits for signals; tests build real ones on loopback.
 type Service struct {
-	Router *Router
-	Pool   *proxy.Pool
+	Router  *Router
+	Pool    *proxy.Pool
+	Metrics *Metrics
 	cfg    *config.Config
 	log    zerolog.Logger
 	server *fasthttp.Server
@@ -29,6 +29,7 @@ type Service struct {
 // NewService wires a Service; nothing listens until Start.
 func NewService(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, Pool: proxy.NewPool(nil)}
+	s.Metrics = NewMetrics(s.Pool)
 	for _, p := range cfg.Prefill {
 		b, err := s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort)
 		if err != nil {
@@ -47,8 +48,12 @@ func NewService(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 		Settings: SettingsFrom(cfg),
 		Pool:     s.Pool,
 		Proxy:    proxy.New(cfg.Timeouts, log),
+		Metrics:  s.Metrics,
 		Log:      log,
 	})
+	if cfg.Metrics.Enabled {
+		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
+	}
 	return s, nil
 }
 
@@ -75,7 +80,7 @@ func (s *Service) NewBackend(url string, role proxy.Role, bootstrapPort *int) (*
 		b.SetBootstrap(bootstrapPort, advertise, config.DefaultBootstrapPort)
 	}
 	if s.cfg.Breaker.Enabled {
-		b.SetBreaker(proxy.NewBreaker(role.String()+" "+url, s.cfg.Breaker, s.log, func(string, gobreaker.State, gobreaker.State) {}))
+		b.SetBreaker(proxy.NewBreaker(role.String()+" "+url, s.cfg.Breaker, s.log, s.Metrics.BreakerChange))
 	}
 	return b, nil
 }

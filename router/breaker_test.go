@@ -1,0 +1,133 @@
+package router
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/config"
+	"pdlb/proxy"
+)
+
+func withBreaker(consecutive uint32, open time.Duration, probes uint32) lbOption {
+	return func(c *config.Config) {
+		c.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: consecutive, OpenTimeout: open, HalfOpenMaxRequests: probes, Window: time.Minute}
+	}
+}
+
+func decodeBreaker(t *testing.T, l *lb) *proxy.Breaker {
+	t.Helper()
+	return l.pool.Backends(proxy.Decode)[0].Breaker()
+}
+
+func TestBreakerOpensOn5xxAndFailsFast(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(500, `{"error":"engine crashed"}`))
+	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(3, time.Minute, 1))
+	for i := 0; i < 3; i++ {
+		if resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 502 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if st := decodeBreaker(t, l).State(); st != gobreaker.StateOpen {
+		t.Fatalf("breaker %v after 3 consecutive 500s", st)
+	}
+	before := d.count() + p.count()
+	start := time.Now()
+	resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "no decode backend available") {
+		t.Fatalf("got %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if el := time.Since(start); el > 100*time.Millisecond {
+		t.Errorf("503 took %v", el)
+	}
+	if d.count()+p.count() != before {
+		t.Fatal("a backend was contacted while every decode breaker was open")
+	}
+}
+
+func TestBreakerIgnores4xx(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(400, `{"error":"prompt too long"}`))
+	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(2, time.Minute, 1))
+	for i := 0; i < 10; i++ {
+		if resp, _ := post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 400 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if st := decodeBreaker(t, l).State(); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %v after client errors", st)
+	}
+}
+
+func TestBreakerHalfOpenAdmitsBoundedProbes(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, func(ctx *fasthttp.RequestCtx) {
+		if failing.Load() {
+			ctx.SetStatusCode(500)
+			return
+		}
+		time.Sleep(300 * time.Millisecond) // the probe is slow, so the others arrive while it runs
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"ok":true}`)
+	})
+	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, 100*time.Millisecond, 1))
+	post(t, l.URL+"/generate", `{"text":"hi"}`)
+	if decodeBreaker(t, l).State() != gobreaker.StateOpen {
+		t.Fatal("breaker not open")
+	}
+	failing.Store(false)
+	time.Sleep(150 * time.Millisecond) // past the open timeout
+	before := d.count()
+	var wg sync.WaitGroup
+	var ok, refused atomic.Int32
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _ := post(t, l.URL+"/generate", `{"text":"hi"}`)
+			switch resp.StatusCode {
+			case 200:
+				ok.Add(1)
+			case 503:
+				refused.Add(1)
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	if got := d.count() - before; got != 1 || ok.Load() != 1 || refused.Load() != 3 {
+		t.Fatalf("half-open let %d requests reach the decode (ok %d, refused %d), want 1 probe", got, ok.Load(), refused.Load())
+	}
+	if st := decodeBreaker(t, l).State(); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %v after a successful probe", st)
+	}
+}
+
+func TestMetricsExposeRequestsAndBreakers(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(500, `{}`))
+	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, time.Minute, 1))
+	post(t, l.URL+"/generate", `{"text":"hi"}`)
+	post(t, l.URL+"/generate", `{"text":"hi"}`)
+	_, body := get(t, l.URL+"/metrics")
+	for _, want := range []string{
+		`pdlb_requests_total{route="/generate",status="502"} 1`,
+		`pdlb_requests_total{route="/generate",status="503"} 1`,
+		`pdlb_breaker_state{role="decode",url="` + d.URL + `"} 2`,
+		`pdlb_breaker_transitions_total{backend="decode ` + d.URL + `",from="closed",to="open"} 1`,
+		`pdlb_backend_selected_total{role="decode",url="` + d.URL + `"} 1`,
+		`pdlb_request_duration_seconds_bucket{route="/generate",le="+Inf"} 2`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
