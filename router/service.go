@@ -20,10 +20,10 @@ type Service struct {
 	Router  *Router
 	Pool    *proxy.Pool
 	Metrics *Metrics
-	cfg    *config.Config
-	log    zerolog.Logger
-	server *fasthttp.Server
-	ln     net.Listener
+	cfg     *config.Config
+	log     zerolog.Logger
+	server  *fasthttp.Server
+	ln      net.Listener
 }
 
 // NewService wires a Service; nothing listens until Start.
