@@ -48,7 +48,8 @@ type Backend struct {
 	up         *upstream
 	// plain serves the non-PD routes (info, broadcast, health checks).
 	plain   *fasthttp.HostClient
-	breaker *Breaker
+	// breaker is swapped on reload; nil when breakers are off.
+	breaker atomic.Pointer[Breaker]
 
 	inflight atomic.Int64
 	selected atomic.Uint64
@@ -122,7 +123,7 @@ func (b *Backend) InFlight() int64 { return b.inflight.Load() }
 func (b *Backend) Selected() uint64 { return b.selected.Load() }
 
 // Breaker returns the backend's circuit breaker (nil when breakers are off).
-func (b *Backend) Breaker() *Breaker { return b.breaker }
+func (b *Backend) Breaker() *Breaker { return b.breaker.Load() }
 
 // Draining reports whether the backend takes no new requests.
 func (b *Backend) Draining() bool { return b.draining.Load() }
@@ -148,5 +149,6 @@ func (b *Backend) admits(now time.Time) bool {
 	if b.draining.Load() || b.unhealthy.Load() {
 		return false
 	}
-	return b.breaker == nil || b.breaker.mayAllow(now)
+	br := b.breaker.Load()
+	return br == nil || br.mayAllow(now)
 }

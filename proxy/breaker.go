@@ -100,5 +100,6 @@ func (b *Breaker) record(done func(error), err error) {
 	done(err)
 }
 
-// SetBreaker attaches a circuit breaker to the backend (before it serves).
-func (b *Backend) SetBreaker(br *Breaker) { b.breaker = br }
+// SetBreaker attaches (or, on reload, replaces; nil removes) the backend's
+// circuit breaker. Requests admitted by the old one report to the old one.
+func (b *Backend) SetBreaker(br *Breaker) { b.breaker.Store(br) }

@@ -111,15 +111,16 @@ func (p *Pool) RegistryReady(b *Backend) bool {
 // the outcome to the breaker and releases the in-flight slot.
 type Ticket struct {
 	b    *Backend
+	br   *Breaker
 	done func(error)
 }
 
 // Acquire asks b's breaker for admission (half-open probes are bounded
 // there) and counts the request in flight.
 func (b *Backend) Acquire() (Ticket, bool) {
-	t := Ticket{b: b}
-	if b.breaker != nil {
-		done, err := b.breaker.allow()
+	t := Ticket{b: b, br: b.breaker.Load()}
+	if t.br != nil {
+		done, err := t.br.allow()
 		if err != nil {
 			return t, false
 		}
@@ -142,15 +143,34 @@ func (t Ticket) Done(err *UpstreamError) {
 	}
 	switch {
 	case err == nil:
-		t.b.breaker.record(t.done, nil)
+		t.br.record(t.done, nil)
 	case err.CountsAsFailure():
-		t.b.breaker.record(t.done, err)
+		t.br.record(t.done, err)
 	case err.Kind == KindStatus:
-		t.b.breaker.record(t.done, nil)
+		t.br.record(t.done, nil)
 	default:
-		t.b.breaker.record(t.done, errExcluded)
+		t.br.record(t.done, errExcluded)
 	}
 }
 
 // Backend returns the admitted backend.
 func (t Ticket) Backend() *Backend { return t.b }
+
+// Retire takes the backend with url out of selection and drains it: no new
+// requests; the ones in flight hold the *Backend and finish; its idle
+// connections are closed once the last one is done (bounded by maxWait).
+func (p *Pool) Retire(role Role, url string, maxWait time.Duration) *Backend {
+	b := p.Remove(role, url)
+	if b == nil {
+		return nil
+	}
+	b.Drain()
+	go func() {
+		deadline := time.Now().Add(maxWait)
+		for b.InFlight() > 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		b.Close()
+	}()
+	return b
+}

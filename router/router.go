@@ -37,6 +37,7 @@ type Router struct {
 	now      func() time.Time
 	started  time.Time
 	table    map[string]route
+	draining atomic.Bool
 }
 
 // Options wire a Router.
@@ -76,6 +77,8 @@ type route struct {
 	handler fasthttp.RequestHandler
 	// pd routes record their metrics themselves (streams end after the handler).
 	pd bool
+	// open routes need no API key (probes, metrics).
+	open bool
 }
 
 // Handler is the fasthttp entry point: route table, method check, dispatch.
@@ -92,6 +95,11 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusMethodNotAllowed, errInvalidRequest, "method "+m+" not allowed on "+path+"; use "+rt.method)
 		return
 	}
+	if !rt.open && !authorized(ctx, r.cfg().Server.APIKey) {
+		writeError(ctx, fasthttp.StatusUnauthorized, errAuth, "missing or wrong API key: send Authorization: Bearer <server.api_key>")
+		ctx.Response.Header.Set("WWW-Authenticate", "Bearer")
+		return
+	}
 	if rt.pd {
 		rt.handler(ctx) // records its own metrics when it finishes
 		return
@@ -103,23 +111,25 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 
 // Handle adds a route (metrics, readiness, …) before the server starts.
 func (r *Router) Handle(method, path string, h fasthttp.RequestHandler) {
-	r.table[path] = route{method: method, handler: h}
+	r.table[path] = route{method: method, handler: h, open: true}
 }
 
 func (r *Router) buildRoutes() map[string]route {
 	post, get := fasthttp.MethodPost, fasthttp.MethodGet
 	t := map[string]route{
-		"/generate":            {post, r.pdHandler("/generate", true), true},
-		"/v1/chat/completions": {post, r.pdHandler("/v1/chat/completions", false), true},
-		"/v1/completions":      {post, r.pdHandler("/v1/completions", false), true},
-		"/health":              {get, r.health, false},
-		"/health_generate":     {get, r.broadcast(get, "/health_generate"), false},
-		"/flush_cache":         {post, r.broadcast(post, "/flush_cache"), false},
-		"/v1/models":           {get, r.fromFirstPrefill("/v1/models"), false},
-		"/model_info":          {get, r.fromFirstPrefill("/model_info"), false},
-		"/get_model_info":      {get, r.fromFirstPrefill("/model_info"), false},
-		"/server_info":         {get, r.serverInfo, false},
-		"/get_server_info":     {get, r.serverInfo, false},
+		"/generate":            {post, r.pdHandler("/generate", true), true, false},
+		"/v1/chat/completions": {post, r.pdHandler("/v1/chat/completions", false), true, false},
+		"/v1/completions":      {post, r.pdHandler("/v1/completions", false), true, false},
+		"/health":              {get, r.health, false, true},
+		"/liveness":            {get, r.liveness, false, true},
+		"/readiness":           {get, r.readiness, false, true},
+		"/health_generate":     {get, r.broadcast(get, "/health_generate"), false, false},
+		"/flush_cache":         {post, r.broadcast(post, "/flush_cache"), false, false},
+		"/v1/models":           {get, r.fromFirstPrefill("/v1/models"), false, false},
+		"/model_info":          {get, r.fromFirstPrefill("/model_info"), false, false},
+		"/get_model_info":      {get, r.fromFirstPrefill("/model_info"), false, false},
+		"/server_info":         {get, r.serverInfo, false, false},
+		"/get_server_info":     {get, r.serverInfo, false, false},
 	}
 	return t
 }

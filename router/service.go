@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -24,6 +26,8 @@ type Service struct {
 	log     zerolog.Logger
 	server  *fasthttp.Server
 	ln      net.Listener
+	// mu guards cfg against concurrent reloads and admin additions.
+	mu sync.Mutex
 }
 
 // NewService wires a Service; nothing listens until Start.
@@ -68,21 +72,99 @@ func SettingsFrom(cfg *config.Config) Settings {
 
 // NewBackend builds a backend with its breaker as the config says.
 func (s *Service) NewBackend(url string, role proxy.Role, bootstrapPort *int) (*proxy.Backend, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.newBackendLocked(url, role, bootstrapPort)
+}
+
+func (s *Service) newBackendLocked(url string, role proxy.Role, bootstrapPort *int) (*proxy.Backend, error) {
 	b, err := proxy.NewBackend(url, role, s.cfg.Timeouts.Connect)
 	if err != nil {
 		return nil, err
 	}
 	if role == proxy.Prefill {
-		advertise := ""
-		if s.cfg.Bootstrap.Mode == "embedded" {
-			advertise = s.cfg.Bootstrap.AdvertiseHost
-		}
-		b.SetBootstrap(bootstrapPort, advertise, config.DefaultBootstrapPort)
+		s.setBootstrap(b, bootstrapPort)
 	}
-	if s.cfg.Breaker.Enabled {
-		b.SetBreaker(proxy.NewBreaker(role.String()+" "+url, s.cfg.Breaker, s.log, s.Metrics.BreakerChange))
-	}
+	s.setBreaker(b)
 	return b, nil
+}
+
+func (s *Service) setBreaker(b *proxy.Backend) {
+	if !s.cfg.Breaker.Enabled {
+		b.SetBreaker(nil)
+		return
+	}
+	b.SetBreaker(proxy.NewBreaker(b.Role.String()+" "+b.URL, s.cfg.Breaker, s.log, s.Metrics.BreakerChange))
+}
+
+// retireWait bounds how long a removed backend's in-flight requests may run
+// before its connections are closed.
+const retireWait = 30 * time.Minute
+
+// Apply swaps in a new, validated config without dropping in-flight
+// requests: settings and timeouts apply to new requests, new backends join,
+// removed ones drain, breakers are rebuilt when their settings changed.
+// Listener addresses and the registry mode need a restart.
+func (s *Service) Apply(cfg *config.Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.cfg
+	if old.Server.Host != cfg.Server.Host || old.Server.Port != cfg.Server.Port || old.Bootstrap.Mode != cfg.Bootstrap.Mode {
+		s.log.Warn().Msg("reload: server.host, server.port and bootstrap.mode changes need a restart; keeping the old ones")
+		cfg.Server.Host, cfg.Server.Port, cfg.Bootstrap.Mode = old.Server.Host, old.Server.Port, old.Bootstrap.Mode
+	}
+	s.cfg = cfg
+	breakerChanged := old.Breaker != cfg.Breaker
+	want := map[string]bool{}
+	apply := func(url string, role proxy.Role, port *int) error {
+		want[url] = true
+		if b := s.Pool.Find(url); b != nil && b.Role == role {
+			if role == proxy.Prefill {
+				s.setBootstrap(b, port)
+			}
+			if breakerChanged {
+				s.setBreaker(b)
+			}
+			return nil
+		}
+		b, err := s.newBackendLocked(url, role, port)
+		if err != nil {
+			return err
+		}
+		s.Pool.Add(b)
+		s.log.Info().Str("role", role.String()).Str("url", url).Msg("reload: backend added")
+		return nil
+	}
+	for _, p := range cfg.Prefill {
+		if err := apply(p.URL, proxy.Prefill, p.BootstrapPort); err != nil {
+			return err
+		}
+	}
+	for _, d := range cfg.Decode {
+		if err := apply(d.URL, proxy.Decode, nil); err != nil {
+			return err
+		}
+	}
+	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
+		for _, b := range s.Pool.Backends(role) {
+			if !want[b.URL] {
+				s.Pool.Retire(role, b.URL, retireWait)
+				s.log.Info().Str("role", role.String()).Str("url", b.URL).Msg("reload: backend removed, draining")
+			}
+		}
+	}
+	s.Router.SetSettings(SettingsFrom(cfg))
+	s.Router.proxy.SetTimeouts(cfg.Timeouts)
+	s.log.Info().Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("configuration reloaded")
+	return nil
+}
+
+func (s *Service) setBootstrap(b *proxy.Backend, port *int) {
+	advertise := ""
+	if s.cfg.Bootstrap.Mode == "embedded" {
+		advertise = s.cfg.Bootstrap.AdvertiseHost
+	}
+	b.SetBootstrap(port, advertise, config.DefaultBootstrapPort)
 }
 
 // Start listens on server.host:server.port and serves in the background.
@@ -103,11 +185,20 @@ func (s *Service) Start() error {
 	return nil
 }
 
+// Config returns the configuration in force.
+func (s *Service) Config() *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
 // Addr is the serving address once started.
 func (s *Service) Addr() string { return s.ln.Addr().String() }
 
-// Shutdown stops accepting and waits for in-flight requests until ctx ends.
+// Shutdown drains: readiness turns 503, the listener closes, and in-flight
+// requests and streams finish until ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
+	s.Router.SetDraining(true)
 	if s.server == nil {
 		return nil
 	}

@@ -39,7 +39,7 @@ func serve(args []string) error {
 	if src.File == "" {
 		src.File = os.Getenv(config.EnvConfigFile)
 	}
-	cfg, _, err := loadConfig(src)
+	cfg, loader, err := loadConfig(src)
 	if err != nil {
 		return err
 	}
@@ -54,11 +54,35 @@ func serve(args []string) error {
 	if err := svc.Start(); err != nil {
 		return err
 	}
-	waitForSignal()
-	log.Info().Dur("grace", cfg.Server.ShutdownGrace).Msg("shutting down")
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace)
+	reload := func(next *config.Config, err error) {
+		if err != nil {
+			log.Error().Err(err).Msg("reload rejected; keeping the running configuration")
+			return
+		}
+		if err := svc.Apply(next); err != nil {
+			log.Error().Err(err).Msg("reload failed; keeping the running configuration")
+		}
+	}
+	if loader.Source.File != "" {
+		stop, err := loader.Watch(reload)
+		if err != nil {
+			log.Warn().Err(err).Msg("config file watch not available; SIGHUP still reloads")
+		} else {
+			defer stop()
+		}
+	}
+	for sig := waitForSignal(); sig == syscall.SIGHUP; sig = waitForSignal() {
+		log.Info().Msg("SIGHUP: reloading configuration")
+		reload(loader.Load())
+	}
+	grace := svc.Config().Server.ShutdownGrace
+	log.Info().Dur("grace", grace).Msg("shutting down: draining in-flight requests")
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	return svc.Shutdown(ctx)
+	if err := svc.Shutdown(ctx); err != nil {
+		log.Warn().Err(err).Msg("grace period over; closing the remaining connections")
+	}
+	return nil
 }
 
 // startPprof exposes net/http/pprof on its own address (never the serving port).
@@ -73,7 +97,7 @@ func startPprof(addr string) {
 
 func waitForSignal() os.Signal {
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(ch)
 	return <-ch
 }

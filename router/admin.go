@@ -1,0 +1,314 @@
+package router
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/proxy"
+)
+
+// BuildFunc makes a backend ready to serve (breaker, bootstrap address);
+// Service.NewBackend is the one cmd/pdlb passes.
+type BuildFunc func(url string, role proxy.Role, bootstrapPort *int) (*proxy.Backend, error)
+
+// Admin serves the operator API on its own listener: list, add and drain
+// workers at runtime. Its path is not the request path, so it favours
+// clarity (encoding/json, a mutex) over allocation-free code.
+type Admin struct {
+	pool   *proxy.Pool
+	build  BuildFunc
+	apiKey []byte
+	log    zerolog.Logger
+
+	// mu makes find-then-add atomic (two POSTs of one URL: one 201, one 409)
+	// and guards draining.
+	mu sync.Mutex
+	// draining holds removed backends until their in-flight requests are
+	// done, so GET /workers still shows them.
+	draining map[*proxy.Backend]struct{}
+
+	// drainPoll is how often a drain looks at in-flight; drainMax bounds
+	// the wait for requests that never finish.
+	drainPoll time.Duration
+	drainMax  time.Duration
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// NewAdmin builds the admin API; apiKey "" leaves it open (bind it to
+// loopback then, as admin.host defaults to).
+func NewAdmin(pool *proxy.Pool, build BuildFunc, apiKey string, log zerolog.Logger) *Admin {
+	a := &Admin{
+		pool:      pool,
+		build:     build,
+		log:       log,
+		draining:  map[*proxy.Backend]struct{}{},
+		drainPoll: 100 * time.Millisecond,
+		drainMax:  10 * time.Minute,
+		stop:      make(chan struct{}),
+	}
+	if apiKey != "" {
+		a.apiKey = []byte("Bearer " + apiKey)
+	}
+	return a
+}
+
+// Close ends the drains still waiting (their backends' idle connections
+// are closed now) and waits for them; call it at shutdown.
+func (a *Admin) Close() {
+	a.stopOnce.Do(func() { close(a.stop) })
+	a.wg.Wait()
+}
+
+// Worker is one backend as GET /workers shows it.
+type Worker struct {
+	Role          string `json:"role"`
+	URL           string `json:"url"`
+	Healthy       bool   `json:"healthy"`
+	Breaker       string `json:"breaker"`
+	InFlight      int64  `json:"in_flight"`
+	Selected      uint64 `json:"selected"`
+	Draining      bool   `json:"draining"`
+	RegistryReady bool   `json:"registry_ready"`
+	BootstrapPort *int   `json:"bootstrap_port"`
+	BootstrapAddr string `json:"bootstrap_addr"`
+}
+
+// addRequest is POST /workers' body.
+type addRequest struct {
+	Role          string `json:"role"`
+	URL           string `json:"url"`
+	BootstrapPort *int   `json:"bootstrap_port"`
+}
+
+// Handler is the admin listener's fasthttp entry point.
+func (a *Admin) Handler(ctx *fasthttp.RequestCtx) {
+	if a.apiKey != nil && subtle.ConstantTimeCompare(ctx.Request.Header.Peek("Authorization"), a.apiKey) != 1 {
+		writeError(ctx, fasthttp.StatusUnauthorized, errAuth, "missing or wrong API key: send Authorization: Bearer <admin.api_key>")
+		ctx.Response.Header.Set("WWW-Authenticate", "Bearer")
+		return
+	}
+	if path := string(ctx.Path()); path != "/workers" {
+		writeError(ctx, fasthttp.StatusNotFound, errNotFound, "no admin route for "+path)
+		return
+	}
+	switch string(ctx.Method()) {
+	case fasthttp.MethodGet:
+		a.list(ctx)
+	case fasthttp.MethodPost:
+		a.add(ctx)
+	case fasthttp.MethodDelete:
+		a.remove(ctx)
+	default:
+		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, errInvalidRequest,
+			"method "+string(ctx.Method())+" not allowed on /workers; use GET, POST or DELETE")
+	}
+}
+
+// list answers GET /workers: prefills, decodes, then backends still draining.
+func (a *Admin) list(ctx *fasthttp.RequestCtx) {
+	out := []Worker{}
+	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
+		for _, b := range a.pool.Backends(role) {
+			out = append(out, a.worker(b))
+		}
+	}
+	a.mu.Lock()
+	for b := range a.draining {
+		out = append(out, a.worker(b))
+	}
+	a.mu.Unlock()
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// add answers POST /workers.
+func (a *Admin) add(ctx *fasthttp.RequestCtx) {
+	var req addRequest
+	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
+	// Unknown fields are refused: a typo ("bootstrapPort") must not
+	// silently add a prefill without its bootstrap port.
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "body: "+jsonProblem(err))
+		return
+	}
+	if dec.More() {
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "body: more than one JSON value")
+		return
+	}
+	role, msg := parseRole(req.Role)
+	if msg != "" {
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, msg)
+		return
+	}
+	if msg := checkURL(req.URL); msg != "" {
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, msg)
+		return
+	}
+	if p := req.BootstrapPort; p != nil {
+		if role != proxy.Prefill {
+			writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "bootstrap_port: only prefill workers have one")
+			return
+		}
+		if *p < 1 || *p > 65535 {
+			writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, fmt.Sprintf("bootstrap_port: %d is not a port (1-65535)", *p))
+			return
+		}
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Backends keep URLs without the trailing slash; compare the same way.
+	if old := a.pool.Find(strings.TrimRight(req.URL, "/")); old != nil {
+		writeError(ctx, fasthttp.StatusConflict, errInvalidRequest,
+			"url: "+old.URL+" is already a "+old.Role.String()+" worker; DELETE it first")
+		return
+	}
+	b, err := a.build(req.URL, role, req.BootstrapPort)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "url: "+err.Error())
+		return
+	}
+	a.pool.Add(b)
+	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Msg("worker added via admin API")
+	writeJSON(ctx, fasthttp.StatusCreated, a.worker(b))
+}
+
+// remove answers DELETE /workers?url=…: the backend leaves selection now,
+// requests already on it finish (they hold the *Backend), and its idle
+// connections are closed once none is left.
+func (a *Admin) remove(ctx *fasthttp.RequestCtx) {
+	raw := string(ctx.QueryArgs().Peek("url"))
+	if raw == "" {
+		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "url: query parameter required (DELETE /workers?url=http://host:port)")
+		return
+	}
+	a.mu.Lock()
+	b := a.pool.Find(strings.TrimRight(raw, "/"))
+	if b == nil {
+		a.mu.Unlock()
+		writeError(ctx, fasthttp.StatusNotFound, errNotFound, "url: no worker "+raw)
+		return
+	}
+	b.Drain()
+	a.pool.Remove(b.Role, b.URL)
+	a.draining[b] = struct{}{}
+	a.wg.Add(1)
+	a.mu.Unlock()
+
+	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Int64("in_flight", b.InFlight()).Msg("worker draining via admin API")
+	go a.finishDrain(b)
+	writeJSON(ctx, fasthttp.StatusAccepted, a.worker(b))
+}
+
+// finishDrain waits for b's in-flight requests and then drops its
+// connections: closing them earlier would cut requests still running.
+func (a *Admin) finishDrain(b *proxy.Backend) {
+	defer a.wg.Done()
+	if !a.waitIdle(b) {
+		a.log.Warn().Str("backend", b.URL).Int64("in_flight", b.InFlight()).Dur("waited", a.drainMax).
+			Msg("drain gave up waiting for in-flight requests")
+	}
+	b.Close()
+	a.mu.Lock()
+	delete(a.draining, b)
+	a.mu.Unlock()
+	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Msg("worker drained")
+}
+
+// waitIdle polls b's in-flight count until it is 0 (true), drainMax has
+// passed or the Admin is closed (false). Polling keeps the request path
+// free of drain bookkeeping: Ticket.Done only decrements a counter.
+func (a *Admin) waitIdle(b *proxy.Backend) bool {
+	tick := time.NewTicker(a.drainPoll)
+	defer tick.Stop()
+	deadline := time.NewTimer(a.drainMax)
+	defer deadline.Stop()
+	for b.InFlight() > 0 {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return false
+		case <-a.stop:
+			return b.InFlight() == 0
+		}
+	}
+	return true
+}
+
+func (a *Admin) worker(b *proxy.Backend) Worker {
+	w := Worker{
+		Role:          b.Role.String(),
+		URL:           b.URL,
+		Healthy:       b.Healthy(),
+		Breaker:       "disabled",
+		InFlight:      b.InFlight(),
+		Selected:      b.Selected(),
+		Draining:      b.Draining(),
+		RegistryReady: a.pool.RegistryReady(b),
+		BootstrapPort: b.BootstrapPort,
+		BootstrapAddr: b.BootstrapAddr,
+	}
+	if br := b.Breaker(); br != nil {
+		w.Breaker = br.State().String()
+	}
+	return w
+}
+
+func parseRole(s string) (proxy.Role, string) {
+	switch s {
+	case "prefill":
+		return proxy.Prefill, ""
+	case "decode":
+		return proxy.Decode, ""
+	case "":
+		return 0, `role: required ("prefill" or "decode")`
+	}
+	return 0, fmt.Sprintf(`role: %q is not "prefill" or "decode"`, s)
+}
+
+// checkURL refuses what proxy.NewBackend would, with the field named, so
+// the client learns which part of the body is wrong.
+func checkURL(raw string) string {
+	if raw == "" {
+		return "url: required (e.g. http://10.0.0.1:30000)"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "url: " + err.Error()
+	}
+	if u.Scheme != "http" || u.Hostname() == "" {
+		return fmt.Sprintf("url: %q must be http://host[:port]", raw)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Sprintf("url: %q must have no path, query or fragment", raw)
+	}
+	return ""
+}
+
+// jsonProblem words a decoding error for the client, naming the field
+// where encoding/json tells it.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Sprintf("%s: expected %s, got %s", te.Field, te.Type, te.Value)
+	case errors.Is(err, io.EOF):
+		return "empty; expected a JSON object"
+	}
+	return err.Error()
+}
