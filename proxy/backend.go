@@ -47,7 +47,7 @@ type Backend struct {
 	hostHeader string
 	up         *upstream
 	// plain serves the non-PD routes (info, broadcast, health checks).
-	plain   *fasthttp.HostClient
+	plain *fasthttp.HostClient
 	// breaker is swapped on reload; nil when breakers are off.
 	breaker atomic.Pointer[Breaker]
 

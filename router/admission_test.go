@@ -255,6 +255,26 @@ func TestAdmissionSetLimits(t *testing.T) {
 		r3()
 		mustAdmit(t, a)()
 	})
+	t.Run("lower cap holds back waiters", func(t *testing.T) {
+		a := NewAdmission(2, 5, time.Minute)
+		r1, r2 := mustAdmit(t, a), mustAdmit(t, a)
+		w := acquireAsync(a, context.Background())
+		waitQueued(t, a, 1)
+		a.SetLimits(1, 5, time.Minute)
+		r1() // one left in flight: the new cap of 1 is still full
+		if a.Queued() != 1 || a.InFlight() != 1 {
+			t.Fatalf("released slot handed on over the lowered cap: queued %d in flight %d", a.Queued(), a.InFlight())
+		}
+		r2()
+		r := <-w
+		if r.err != nil {
+			t.Fatalf("waiter not admitted once under the cap: %v", r.err)
+		}
+		r.release()
+		if a.InFlight() != 0 {
+			t.Fatalf("InFlight = %d after all releases", a.InFlight())
+		}
+	})
 	t.Run("raised cap admits waiters", func(t *testing.T) {
 		a := NewAdmission(1, 5, time.Minute)
 		defer mustAdmit(t, a)()

@@ -25,6 +25,8 @@ func TestGenerateRelaysDecodeAnswerAndInjects(t *testing.T) {
 	if resp.Header.Get("X-Request-ID") == "" {
 		t.Error("no X-Request-ID echoed")
 	}
+	// The prefill leg runs concurrently with the decode's answer.
+	waitFor(time.Second, func() bool { return p.count() == 1 })
 	pb, db := p.lastBody(), d.lastBody()
 	if string(pb) != string(db) {
 		t.Fatalf("prefill and decode got different bodies:\n%s\n%s", pb, db)
