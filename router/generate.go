@@ -42,6 +42,25 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 	lg := pdLog{path: path, requestID: requestID(ctx)}
 	ctx.Response.Header.Set(proxy.HeaderRequestID, lg.requestID)
 
+	release, status, aerr := r.admission.Acquire(ctx)
+	if aerr != nil {
+		if status == fasthttp.StatusTooManyRequests {
+			writeError(ctx, status, errRateLimited, "too many requests: "+aerr.Error())
+			ctx.Response.Header.Set("Retry-After", "1")
+		} else {
+			writeUnavailable(ctx, 1, "no capacity: "+aerr.Error())
+		}
+		lg.status, lg.err = status, aerr
+		r.logPD(&lg, start)
+		return
+	}
+	streaming := false
+	defer func() {
+		if !streaming {
+			release()
+		}
+	}()
+
 	body := ctx.PostBody()
 	req, err := parseRequest(body)
 	if err != nil {
@@ -61,7 +80,8 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 		lg.attempts = attempt
 		ans, uerr, status, msg := r.attempt(ctx, path, body, &req, &lg, exclude, deadline)
 		if ans != nil {
-			r.answer(ctx, ans, &lg, start)
+			streaming = ans.Stream != nil
+			r.answer(ctx, ans, &lg, start, release)
 			return
 		}
 		if uerr == nil {
@@ -95,7 +115,7 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 			break
 		}
 	}
-	status := lastErr.ClientStatus()
+	status = lastErr.ClientStatus()
 	if lastErr.Kind == proxy.KindStatus && status < 500 {
 		// A backend's 4xx is the client's answer: pass it through as is.
 		ctx.SetStatusCode(lastErr.Status)
@@ -222,7 +242,8 @@ func contains(list []*proxy.Backend, b *proxy.Backend) bool {
 
 // answer writes a committed answer: the decode's non-streamed response, or
 // a relay that runs after the handler returns.
-func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, start time.Time) {
+// release frees the admission slot; streams free it when the relay ends.
+func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, start time.Time, release func()) {
 	lg.status = ans.Status
 	r.metrics.TTFT(lg.path, r.now().Sub(start))
 	if ans.Stream == nil {
@@ -241,6 +262,7 @@ func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, 
 	writeTimeout := r.cfg().Server.WriteTimeout
 	final := *lg
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer release()
 		res := ans.Stream.Relay(w, conn, writeTimeout)
 		final.bytes, final.events = res.Bytes, res.Events
 		if res.Err != nil {

@@ -228,3 +228,9 @@ func get(t *testing.T, url string) (*http.Response, string) {
 	}
 	return resp, string(b)
 }
+
+func (b *backend) allBodies() [][]byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([][]byte(nil), b.bodies...)
+}

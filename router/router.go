@@ -33,11 +33,13 @@ type Router struct {
 	selector Selector
 	info     InfoSource
 	metrics  *Metrics
-	log      zerolog.Logger
-	now      func() time.Time
-	started  time.Time
-	table    map[string]route
-	draining atomic.Bool
+	// admission caps requests in flight (limits.max_concurrent_requests).
+	admission *Admission
+	log       zerolog.Logger
+	now       func() time.Time
+	started   time.Time
+	table     map[string]route
+	draining  atomic.Bool
 }
 
 // Options wire a Router.
@@ -51,12 +53,17 @@ type Options struct {
 	Info InfoSource
 	// Metrics records request series; nil disables them.
 	Metrics *Metrics
-	Log     zerolog.Logger
+	// Admission defaults to no cap.
+	Admission *Admission
+	Log       zerolog.Logger
 }
 
 // New builds a Router.
 func New(o Options) *Router {
-	r := &Router{pool: o.Pool, proxy: o.Proxy, selector: o.Selector, info: o.Info, metrics: o.Metrics, log: o.Log, now: time.Now}
+	r := &Router{pool: o.Pool, proxy: o.Proxy, selector: o.Selector, info: o.Info, metrics: o.Metrics, admission: o.Admission, log: o.Log, now: time.Now}
+	if r.admission == nil {
+		r.admission = NewAdmission(0, 0, 0)
+	}
 	if r.selector == nil {
 		r.selector = RandomSelector{}
 	}

@@ -26,6 +26,10 @@ type Service struct {
 	log     zerolog.Logger
 	server  *fasthttp.Server
 	ln      net.Listener
+	health  *proxy.HealthChecker
+	admin   *Admin
+	adminSv *fasthttp.Server
+	adminLn net.Listener
 	// mu guards cfg against concurrent reloads and admin additions.
 	mu sync.Mutex
 }
@@ -49,12 +53,15 @@ func NewService(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 		s.Pool.Add(b)
 	}
 	s.Router = New(Options{
-		Settings: SettingsFrom(cfg),
-		Pool:     s.Pool,
-		Proxy:    proxy.New(cfg.Timeouts, log),
-		Metrics:  s.Metrics,
-		Log:      log,
+		Settings:  SettingsFrom(cfg),
+		Pool:      s.Pool,
+		Proxy:     proxy.New(cfg.Timeouts, log),
+		Metrics:   s.Metrics,
+		Admission: NewAdmission(cfg.Limits.MaxConcurrentRequests, cfg.Limits.QueueSize, cfg.Limits.QueueTimeout),
+		Log:       log,
 	})
+	s.health = s.newHealthChecker(cfg.Health)
+	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	if cfg.Metrics.Enabled {
 		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
 	}
@@ -155,6 +162,14 @@ func (s *Service) Apply(cfg *config.Config) error {
 	}
 	s.Router.SetSettings(SettingsFrom(cfg))
 	s.Router.proxy.SetTimeouts(cfg.Timeouts)
+	s.Router.admission.SetLimits(cfg.Limits.MaxConcurrentRequests, cfg.Limits.QueueSize, cfg.Limits.QueueTimeout)
+	if old.Health != cfg.Health {
+		s.health.Stop()
+		s.health = s.newHealthChecker(cfg.Health)
+		if s.server != nil {
+			s.health.Start()
+		}
+	}
 	s.log.Info().Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("configuration reloaded")
 	return nil
 }
@@ -182,7 +197,49 @@ func (s *Service) Start() error {
 		}
 	}()
 	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(s.cfg.Prefill)).Int("decode", len(s.cfg.Decode)).Msg("pdlb listening")
+	s.health.Start()
+	if s.cfg.Admin.Port != 0 {
+		if err := s.startAdmin(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
+	h := proxy.NewHealthChecker(s.Pool, c, s.log)
+	h.OnResult = s.Metrics.HealthCheck
+	return h
+}
+
+// startAdmin serves the admin API (/workers) and /metrics on admin.host:admin.port.
+func (s *Service) startAdmin() error {
+	addr := net.JoinHostPort(s.cfg.Admin.Host, strconv.Itoa(s.cfg.Admin.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("admin listen %s: %w", addr, err)
+	}
+	s.adminLn = ln
+	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: fasthttpLogger{s.Router}}
+	go s.adminSv.Serve(ln)
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
+	return nil
+}
+
+func (s *Service) adminHandler(ctx *fasthttp.RequestCtx) {
+	if string(ctx.Path()) == "/metrics" && authorized(ctx, s.Config().Admin.APIKey) {
+		s.Metrics.Handler(ctx)
+		return
+	}
+	s.admin.Handler(ctx)
+}
+
+// AdminAddr is the admin listener's address ("" when off).
+func (s *Service) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
 }
 
 // Config returns the configuration in force.
@@ -199,10 +256,15 @@ func (s *Service) Addr() string { return s.ln.Addr().String() }
 // requests and streams finish until ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.Router.SetDraining(true)
+	s.health.Stop()
 	if s.server == nil {
 		return nil
 	}
 	err := s.server.ShutdownWithContext(ctx)
+	if s.adminSv != nil {
+		s.adminSv.ShutdownWithContext(ctx)
+	}
+	s.admin.Close()
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
 			b.Close()

@@ -1,0 +1,101 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Routes the load generator knows how to build bodies for.
+const (
+	RouteGenerate        = "/generate"
+	RouteChatCompletions = "/v1/chat/completions"
+	RouteCompletions     = "/v1/completions"
+)
+
+// Options describe one benchmark run. Zero values take the defaults noted per field.
+type Options struct {
+	// Targets are base URLs (http://127.0.0.1:8000); two or more run in interleaved rounds A B A B ….
+	Targets []string
+	// Route is the path requested on every target; default "/generate".
+	Route string
+	// Concurrency is the number of closed-loop workers, or the cap on outstanding
+	// requests in open loop; default 64.
+	Concurrency int
+	// Rate > 0 switches to open loop: Poisson arrivals at Rate requests per second.
+	Rate float64
+	// Duration of each round; default 10s when Requests is 0 too. Exclusive with Requests.
+	Duration time.Duration
+	// Requests per round (closed loop: exactly this many are sent; open loop: scheduled).
+	Requests int
+	// Rounds per target; default 3 with several targets, else 1.
+	Rounds int
+	// Stream asks for SSE answers and measures TTFT and inter-token latency.
+	Stream bool
+	// InputLen is the prompt length in words; default 128.
+	InputLen Dist
+	// OutputLen is max_new_tokens / max_tokens; default 128.
+	OutputLen Dist
+	// Timeout bounds each request, stream included; default 60s.
+	Timeout time.Duration
+	// PIDs per target (0 = none): CPU time and RSS of that process are sampled from /proc.
+	PIDs []int
+	// Progress receives a progress bar when it is a terminal; nil = none.
+	Progress io.Writer
+	// Seed makes prompts, lengths and arrivals reproducible; default 1.
+	Seed int64
+}
+
+// withDefaults returns a copy with every zero field set to its documented default.
+func (o Options) withDefaults() Options {
+	if o.Route == "" {
+		o.Route = RouteGenerate
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 64
+	}
+	if o.Duration == 0 && o.Requests == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 1
+		if len(o.Targets) > 1 {
+			o.Rounds = 3
+		}
+	}
+	if o.InputLen == (Dist{}) {
+		o.InputLen = Dist{Min: 128, Max: 128}
+	}
+	if o.OutputLen == (Dist{}) {
+		o.OutputLen = Dist{Min: 128, Max: 128}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 60 * time.Second
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	if len(o.Targets) == 0 {
+		return errors.New("targets: at least one URL is required")
+	}
+	switch o.Route {
+	case RouteGenerate, RouteChatCompletions, RouteCompletions:
+	default:
+		return fmt.Errorf("route %q: want %s, %s or %s", o.Route, RouteGenerate, RouteChatCompletions, RouteCompletions)
+	}
+	if o.Duration > 0 && o.Requests > 0 {
+		return errors.New("duration and requests: set one, not both")
+	}
+	if o.Duration < 0 || o.Requests < 0 || o.Rate < 0 {
+		return errors.New("duration, requests and rate must not be negative")
+	}
+	if len(o.PIDs) != 0 && len(o.PIDs) != len(o.Targets) {
+		return fmt.Errorf("pids: %d given for %d targets (use 0 for none)", len(o.PIDs), len(o.Targets))
+	}
+	return nil
+}

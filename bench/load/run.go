@@ -1,0 +1,109 @@
+// Package load is the load generator behind `pdlb bench`: closed- and open-loop HTTP load
+// against one or more targets in interleaved rounds, with latency, streaming and
+// per-process CPU/RSS measurements.
+package load
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// procSampleEvery is how often a target's RSS is sampled during a round.
+const procSampleEvery = 100 * time.Millisecond
+
+// Run applies the load described by opts to every target, rounds interleaved
+// (A B A B …), and reports per-round figures and their medians. When ctx ends, the rounds
+// finished so far are reported together with ctx's error.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	targets := make([]*target, len(opts.Targets))
+	for i, u := range opts.Targets {
+		t, err := newTarget(u, opts.Route, opts)
+		if err != nil {
+			return nil, err
+		}
+		targets[i] = t
+		defer t.close()
+	}
+
+	rep := &Report{
+		Machine: thisMachine(),
+		Config:  configOf(&opts),
+		Started: time.Now().UTC().Truncate(time.Microsecond),
+		Targets: make([]TargetReport, len(targets)),
+	}
+	for i, u := range opts.Targets {
+		rep.Targets[i].URL = u
+		if len(opts.PIDs) > 0 {
+			rep.Targets[i].PID = opts.PIDs[i]
+		}
+	}
+
+	prog := newProgress(opts.Progress, &opts, len(targets))
+	defer prog.finish()
+	for round := 0; round < opts.Rounds && ctx.Err() == nil; round++ {
+		// Every target gets the same seed in a round: the same prompts, lengths and arrivals.
+		seed := uint64(opts.Seed) + uint64(round)*0x9e3779b97f4a7c15
+		for i, t := range targets {
+			if ctx.Err() != nil {
+				break
+			}
+			prog.startRound(round, opts.Rounds, string(rune('A'+i%26)), t.base)
+			r := runRound(ctx, t, &opts, rep.Targets[i].PID, seed, &prog.done)
+			prog.endRound()
+			rep.Targets[i].Rounds = append(rep.Targets[i].Rounds, newRoundAt(round, r))
+			// Fresh connections per round, so no target inherits warm state from an earlier one.
+			t.close()
+		}
+	}
+	for i := range rep.Targets {
+		rep.Targets[i].Median = medianRound(rep.Targets[i].Rounds)
+	}
+	return rep, ctx.Err()
+}
+
+// measured pairs a loop's samples with the process usage seen meanwhile.
+type measured struct {
+	loop  roundResult
+	usage procUsage
+}
+
+func runRound(ctx context.Context, t *target, opts *Options, pid int, seed uint64, done *atomic.Int64) measured {
+	var watch *procWatch
+	if pid > 0 {
+		watch = watchProc(pid, procSampleEvery)
+	}
+	var m measured
+	if opts.Rate > 0 {
+		m.loop = openLoop(ctx, t, opts, seed, done)
+	} else {
+		m.loop = closedLoop(ctx, t, opts, seed, done)
+	}
+	if watch != nil {
+		m.usage = watch.end()
+	}
+	return m
+}
+
+func newRoundAt(index int, m measured) Round { return newRound(index, m.loop, m.usage) }
+
+func configOf(o *Options) Config {
+	return Config{
+		Route:       o.Route,
+		Concurrency: o.Concurrency,
+		Rate:        o.Rate,
+		DurationS:   o.Duration.Seconds(),
+		Requests:    o.Requests,
+		Rounds:      o.Rounds,
+		Stream:      o.Stream,
+		InputLen:    o.InputLen,
+		OutputLen:   o.OutputLen,
+		TimeoutS:    o.Timeout.Seconds(),
+		Seed:        o.Seed,
+		ClockTicks:  clockTicks(),
+	}
+}
