@@ -50,3 +50,13 @@ func appendPrompt(dst []byte, idx uint64, n int) []byte {
 	}
 	return dst
 }
+
+// appendRoom adds "bootstrap_room" before the closing brace: a PD engine
+// addressed directly (without a balancer) refuses a request without one.
+// A balancer replaces it, so the same bodies can go to both in one run.
+func appendRoom(body []byte, idx uint64) []byte {
+	body = body[:len(body)-1]
+	body = append(body, `,"bootstrap_room":`...)
+	body = strconv.AppendUint(body, idx, 10)
+	return append(body, '}')
+}

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -31,5 +32,12 @@ func TestBodies(t *testing.T) {
 				t.Errorf("%s: prompt %q has %d words, want 10 starting with r42", tc.route, p, n)
 			}
 		}
+	}
+}
+
+func TestAppendRoomKeepsJSON(t *testing.T) {
+	b := appendRoom(appendBody(nil, RouteGenerate, 7, 3, 2, false), 7)
+	if !json.Valid(b) || !strings.HasSuffix(string(b), `,"bootstrap_room":7}`) {
+		t.Fatalf("%s", b)
 	}
 }

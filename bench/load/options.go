@@ -45,6 +45,9 @@ type Options struct {
 	Progress io.Writer
 	// Seed makes prompts, lengths and arrivals reproducible; default 1.
 	Seed int64
+	// Room adds a "bootstrap_room" to every body, so an engine can be
+	// measured directly (a balancer replaces the field).
+	Room bool
 }
 
 // withDefaults returns a copy with every zero field set to its documented default.

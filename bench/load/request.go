@@ -34,6 +34,9 @@ func (w *worker) do(idx uint64, start time.Time) {
 	inLen := w.opts.InputLen.pick(r)
 	outLen := w.opts.OutputLen.pick(r >> 32)
 	w.body = appendBody(w.body[:0], w.opts.Route, idx, inLen, outLen, w.opts.Stream)
+	if w.opts.Room {
+		w.body = appendRoom(w.body, idx)
+	}
 
 	req, resp := &w.req, &w.resp
 	req.Reset()
