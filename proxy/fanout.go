@@ -92,14 +92,14 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	a.pl = acquireLeg(x.Prefill.b, 2)
 	a.dl = acquireLeg(x.Decode.b, 1)
 
-	stopWatch := watchClient(x.ClientConn, func() {
+	watch := watchClient(x.ClientConn, func() {
 		a.pl.cancel(ErrClientGone)
 		a.dl.cancel(ErrClientGone)
 	})
 	go a.runPrefill(earlier(now.Add(a.t.PrefillFirstByte), a.deadline))
 
 	ans, err := a.runDecode(earlier(now.Add(a.t.DecodeFirstByte), a.deadline))
-	stopWatch()
+	watch.stop()
 	if err == nil {
 		if ans.Stream == nil {
 			x.Decode.Done(nil)
@@ -138,7 +138,9 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 		}
 	}
 	if err == nil && !a.x.Stream {
-		err = l.readBody(a.deadline)
+		// The body follows the headers at once (SGLang answers when done):
+		// the first-byte deadline still set on the connection covers it.
+		err = l.readBody(time.Time{})
 	}
 	var sr *sseReader
 	if err == nil && a.x.Stream {
@@ -218,7 +220,7 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 		return nil, err
 	}
 	if !x.Stream {
-		if err := l.readBody(firstByte); err != nil {
+		if err := l.readBody(time.Time{}); err != nil {
 			a.state.CompareAndSwap(pending, decodeFailed)
 			return nil, err
 		}

@@ -68,11 +68,8 @@ func (u *upstream) dial() (*upConn, error) {
 
 // put returns a connection whose last response was read completely.
 func (u *upstream) put(c *upConn) {
+	// The deadline is left as is: every use sets its own first.
 	c.lastUsed = u.now()
-	if err := c.SetDeadline(time.Time{}); err != nil {
-		c.Close()
-		return
-	}
 	u.mu.Lock()
 	if len(u.idle) < u.maxIdle {
 		u.idle = append(u.idle, c)

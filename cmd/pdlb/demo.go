@@ -23,7 +23,8 @@ func demo(args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.Log)
+	log, flushLog := newLogger(cfg.Log)
+	defer flushLog()
 	var engines []*mock.Engine
 	defer func() {
 		for _, e := range engines {

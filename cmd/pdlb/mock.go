@@ -47,7 +47,9 @@ func mockCmd(args []string) error {
 	if o.TokenDelay == 0 {
 		o.TokenDelay = -1 // the engine reads 0 as "default"
 	}
-	log := newLogger(config.Log{Level: *level, Format: "console"}).With().Str("mock", o.Role).Logger()
+	base, flushLog := newLogger(config.Log{Level: *level, Format: "console"})
+	defer flushLog()
+	log := base.With().Str("mock", o.Role).Logger()
 	e, err := startMock(o, net.JoinHostPort(*host, strconv.Itoa(*port)), log)
 	if err != nil {
 		return err

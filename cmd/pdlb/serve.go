@@ -43,7 +43,8 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.Log)
+	log, flushLog := newLogger(cfg.Log)
+	defer flushLog()
 	if sa.PprofAddr != "" {
 		startPprof(sa.PprofAddr)
 	}

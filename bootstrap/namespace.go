@@ -1,0 +1,173 @@
+package bootstrap
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// RankInfo is where one prefill rank's KV can be pulled from; it is also
+// the per-rank GET /route answer.
+type RankInfo struct {
+	RankIP   string `json:"rank_ip"`
+	RankPort int    `json:"rank_port"`
+}
+
+// Namespace is the registry of one prefill instance, identified by the
+// bootstrap port its ranks and its decodes use.
+//
+// Readiness counts DISTINCT ranks: SGLang adds one per PUT, so a restarted
+// rank that registers twice could make an instance look ready while another
+// rank is still missing (protocol doc §9.4). Here a repeat replaces the
+// entry.
+type Namespace struct {
+	port int
+
+	mu      sync.RWMutex
+	topo    *topology
+	ranks   map[rankKey]RankInfo
+	readyCh chan struct{} // closed when ready; replaced on reset
+
+	// Read without the lock by the request path and the GET handlers.
+	ready      atomic.Bool
+	registered atomic.Int64
+	expected   atomic.Int64
+	snap       atomic.Pointer[snapshot] // non-nil iff ready
+
+	dp *dpRankTable
+}
+
+// snapshot is everything a ready namespace answers without locking; bodies
+// are rendered once per change instead of once per lookup.
+type snapshot struct {
+	info        PrefillInfo
+	sentinel    []byte
+	sentinelExt []byte
+	legacyV04   []byte
+	legacyV05   []byte
+	legacyFeb   []byte
+}
+
+func newNamespace(port int, dp *dpRankTable) *Namespace {
+	return &Namespace{port: port, ranks: map[rankKey]RankInfo{}, readyCh: make(chan struct{}), dp: dp}
+}
+
+// Port is the bootstrap port that names this namespace.
+func (ns *Namespace) Port() int { return ns.port }
+
+// register stores one rank. All checks run before anything changes, so a
+// rejected PUT leaves no trace. It reports whether the rank replaced an
+// earlier registration and whether this PUT made the namespace ready.
+func (ns *Namespace) register(r *registration) (replaced, becameReady bool, err error) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if t := ns.topo; t != nil {
+		if err := t.contradiction(&r.topo); err != nil {
+			return false, false, err
+		}
+		t.absorb(&r.topo)
+	} else {
+		t := r.topo
+		ns.topo = &t
+	}
+	_, replaced = ns.ranks[r.key]
+	ns.ranks[r.key] = r.rank
+	n, want := len(ns.ranks), ns.topo.ranks()
+	ns.registered.Store(int64(n))
+	ns.expected.Store(int64(want))
+	if n == want {
+		// Rebuilt on every PUT once ready: page_size/kv_cache_dtype may still
+		// go from null to a value through a re-registration.
+		ns.snap.Store(newSnapshot(ns.topo))
+		if !ns.ready.Swap(true) {
+			close(ns.readyCh)
+			becameReady = true
+		}
+	}
+	return replaced, becameReady, nil
+}
+
+// contradiction rejects a registrant whose layout differs from the first
+// one's: with first-write-wins (SGLang) such a rank would be stored under a
+// layout it does not have and decodes would pull the wrong KV. Only an
+// explicit reset (DELETE /route) lets a different topology in.
+func (t *topology) contradiction(n *topology) error {
+	for _, c := range []struct {
+		field    string
+		have, is int
+	}{{"attn_tp_size", t.tp, n.tp}, {"attn_cp_size", t.cp, n.cp}, {"pp_size", t.pp, n.pp}, {"dp_size", t.dp, n.dp}} {
+		if c.have != c.is {
+			return badField(c.field, "%d contradicts %d registered by the first rank of this prefill; DELETE /route to reset", c.is, c.have)
+		}
+	}
+	// A decode crashes on a page size or dtype mismatch (§3.3), so two ranks
+	// that disagree are a misconfiguration worth refusing loudly.
+	if t.pageSize != nil && n.pageSize != nil && *t.pageSize != *n.pageSize {
+		return badField("page_size", "%d contradicts %d registered earlier", *n.pageSize, *t.pageSize)
+	}
+	if t.kvDtype != nil && n.kvDtype != nil && *t.kvDtype != *n.kvDtype {
+		return badField("kv_cache_dtype", "%q contradicts %q registered earlier", *n.kvDtype, *t.kvDtype)
+	}
+	return nil
+}
+
+// absorb applies SGLang's "first non-null wins" to the nullable fields.
+func (t *topology) absorb(n *topology) {
+	if t.pageSize == nil {
+		t.pageSize = n.pageSize
+	}
+	if t.kvDtype == nil {
+		t.kvDtype = n.kvDtype
+	}
+	if t.httpPort == nil {
+		t.httpPort = n.httpPort
+	}
+}
+
+func newSnapshot(t *topology) *snapshot {
+	info := PrefillInfo{
+		AttnTPSize: t.tp, AttnCPSize: t.cp, DPSize: t.dp, PPSize: t.pp,
+		PageSize: t.pageSize, KVCacheDtype: t.kvDtype, FollowBootstrapRoom: t.follow,
+		EnableDSACacheLayerSplit: t.dsa, PrefillHTTPPort: t.httpPort,
+	}
+	return &snapshot{
+		info:        info,
+		sentinel:    encodeSentinel(info, false),
+		sentinelExt: encodeSentinel(info, true),
+		legacyV04:   encodeLegacyV04(info),
+		legacyV05:   encodeLegacyV05(info),
+		legacyFeb:   encodeLegacyFeb(info),
+	}
+}
+
+// lookup returns one rank's address.
+func (ns *Namespace) lookup(k rankKey) (RankInfo, bool) {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	ri, ok := ns.ranks[k]
+	return ri, ok
+}
+
+// readyChan is closed once the namespace is ready (or already is).
+func (ns *Namespace) readyChan() <-chan struct{} {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	return ns.readyCh
+}
+
+// reset forgets topology, ranks and DP-rank entries so a restarted prefill
+// can register a different layout. It returns how many ranks were dropped.
+func (ns *Namespace) reset() int {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	n := len(ns.ranks)
+	ns.topo = nil
+	ns.ranks = map[rankKey]RankInfo{}
+	ns.snap.Store(nil)
+	ns.registered.Store(0)
+	ns.expected.Store(0)
+	if ns.ready.Swap(false) {
+		ns.readyCh = make(chan struct{})
+	}
+	ns.dp.clear()
+	return n
+}

@@ -1,0 +1,120 @@
+package bootstrap
+
+import (
+	"encoding/json"
+	"errors"
+
+	"github.com/valyala/fasthttp"
+)
+
+// handlePutRoute serves PUT /route: one prefill rank registers (§3.1).
+// Unlike SGLang (500 on any bad input) a malformed body is a 400 naming the
+// field and nothing is stored; a body whose role is not "Prefill" is
+// accepted and ignored, as legacy servers did.
+func (r *Registry) handlePutRoute(ns *Namespace, ctx *fasthttp.RequestCtx) {
+	reg, err := parseRegistration(ctx.PostBody())
+	if err == nil && reg != nil {
+		var replaced, becameReady bool
+		replaced, becameReady, err = ns.register(reg)
+		if err == nil {
+			r.logRegistration(ns, reg, replaced, becameReady)
+		}
+	}
+	var fe *fieldError
+	switch {
+	case errors.As(err, &fe):
+		r.log.Warn().Int("bootstrap_port", ns.port).Str("field", fe.Field).Msg("rejected prefill registration: " + fe.Msg)
+		badRequest(ctx, fe)
+	case err != nil: // not produced today; keep the handler 500-free if that changes
+		badRequest(ctx, err)
+	default:
+		textOK(ctx)
+	}
+}
+
+func (r *Registry) logRegistration(ns *Namespace, reg *registration, replaced, becameReady bool) {
+	ev := r.log.Info()
+	if replaced {
+		ev = r.log.Warn() // a rank restarted, or two ranks claim one slot
+	}
+	ev.Int("bootstrap_port", ns.port).
+		Int("dp", reg.key.dp).Int("cp", reg.key.cp).Int("tp", reg.key.tp).Int("pp", reg.key.pp).
+		Str("rank_ip", reg.rank.RankIP).Int("rank_port", reg.rank.RankPort).Bool("replaced", replaced).
+		Int64("registered", ns.registered.Load()).Int64("expected", ns.expected.Load()).
+		Msg("prefill rank registered")
+	if becameReady {
+		r.log.Info().Int("bootstrap_port", ns.port).Int64("ranks", ns.expected.Load()).Msg("prefill fully registered")
+	}
+}
+
+// handleDeleteRoute serves DELETE /route, pdlb's admin reset: topology,
+// ranks and DP-rank entries are forgotten and the namespace answers 503
+// until the ranks register again. SGLang never resets (first write wins
+// forever), so a prefill restarted with another layout needs this, or a
+// pdlb restart. Auth-protected like every write.
+func (r *Registry) handleDeleteRoute(ns *Namespace, ctx *fasthttp.RequestCtx) {
+	n := ns.reset()
+	r.log.Info().Int("bootstrap_port", ns.port).Int("dropped_ranks", n).Msg("bootstrap namespace reset by DELETE /route")
+	textOK(ctx)
+}
+
+// handleGetRoute serves GET /route in every supported era (see queryForms):
+// the sentinel query returns the prefill's parallel info, any other returns
+// one rank's address. Before all ranks registered both answer 503 with
+// Retry-After: SGLang answers 503 since 2026-02-24, older servers answered
+// a half-filled body or 500; a 503 is never worse for those decodes.
+func (r *Registry) handleGetRoute(ns *Namespace, ctx *fasthttp.RequestCtx) {
+	q := ctx.QueryArgs()
+	form := detectForm(q)
+	var raw [4][]byte
+	var val [4]int64
+	for i, name := range form.params {
+		if name == "" {
+			continue // this era has no such dimension; its rank is 0
+		}
+		raw[i] = q.Peek(name)
+		if len(raw[i]) == 0 {
+			textReply(ctx, fasthttp.StatusBadRequest, "Missing inputs for bootstrap server.")
+			return
+		}
+		v, ok := pyInt(string(raw[i]))
+		if !ok {
+			badRequest(ctx, badField(name, "must be an integer, got %q", clip(string(raw[i]), 40)))
+			return
+		}
+		val[i] = v
+	}
+	sentinel := true
+	for i, name := range form.params {
+		if name != "" && val[i] != -1 {
+			sentinel = false
+		}
+	}
+	s := ns.snap.Load()
+	if s == nil {
+		notReady(ctx, ns)
+		return
+	}
+	if sentinel {
+		jsonReply(ctx, fasthttp.StatusOK, form.sentinel(s, r.cfg.ExtendedSentinel))
+		return
+	}
+	key, ok := toKey(val)
+	if ri, found := ns.lookup(key); ok && found {
+		body, _ := json.Marshal(ri)
+		jsonReply(ctx, fasthttp.StatusOK, body)
+		return
+	}
+	textReply(ctx, fasthttp.StatusNotFound, form.notFound(raw))
+}
+
+// toKey narrows parsed query values to a table key; values that cannot be a
+// rank (negative beyond the sentinel, or huge) simply find nothing.
+func toKey(v [4]int64) (rankKey, bool) {
+	for _, x := range v {
+		if x < 0 || x > maxSize {
+			return rankKey{}, false
+		}
+	}
+	return rankKey{dp: int(v[0]), cp: int(v[1]), tp: int(v[2]), pp: int(v[3])}, true
+}
