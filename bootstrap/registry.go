@@ -29,6 +29,10 @@ type Registry struct {
 
 	mu     sync.Mutex                         // serialises AddNamespace/RemoveNamespace
 	spaces atomic.Pointer[map[int]*Namespace] // copy-on-write: lookups take no lock
+
+	// Observe, when set before serving, is told every answered request
+	// (metrics: bootstrap requests by route and status).
+	Observe func(path string, status int)
 }
 
 // NewRegistry builds an empty registry; add a namespace per prefill

@@ -104,12 +104,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // immediately (everything then answers 404).
 func (r *Registry) Handler(port int) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		ns := r.namespace(port)
-		if ns == nil {
+		if ns := r.namespace(port); ns != nil {
+			r.dispatch(ns, ctx)
+		} else {
 			textReply(ctx, fasthttp.StatusNotFound, "404: Not Found")
-			return
 		}
-		r.dispatch(ns, ctx)
+		if r.Observe != nil {
+			r.Observe(string(ctx.Path()), ctx.Response.StatusCode())
+		}
 	}
 }
 

@@ -94,8 +94,10 @@ type Log struct {
 
 // Bootstrap configures the KV bootstrap registry.
 type Bootstrap struct {
-	// Mode: "embedded" (pdlb serves the registry on every prefill bootstrap_port)
-	// or "external" (prefills run their own; pdlb polls them). Default "embedded".
+	// Mode: "embedded" (pdlb serves the registry on every prefill bootstrap_port),
+	// "external" (prefills run their own; pdlb polls them) or "off" (no
+	// registry: prefills are never gated on registration and DP ranks are not
+	// checked; for engines without SGLang's bootstrap server). Default "embedded".
 	Mode string `koanf:"mode"`
 	// AdvertiseHost is the host engines reach pdlb's registry on; injected as
 	// bootstrap_host in embedded mode. Default "127.0.0.1".

@@ -177,7 +177,7 @@ func (c *Config) checkLog() *Error {
 
 func (c *Config) checkBootstrap() *Error {
 	b := c.Bootstrap
-	if err := oneOf("bootstrap.mode", b.Mode, "embedded", "external"); err != nil {
+	if err := oneOf("bootstrap.mode", b.Mode, "embedded", "external", "off"); err != nil {
 		return err
 	}
 	if b.LookupAttempts < 1 {

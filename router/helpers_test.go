@@ -100,7 +100,7 @@ func testConfig() config.Config {
 	c.Timeouts = config.Timeouts{Connect: time.Second, PrefillFirstByte: 5 * time.Second, DecodeFirstByte: 5 * time.Second, DecodeIdle: 5 * time.Second, Request: 10 * time.Second}
 	c.Limits = config.Limits{MaxBodyBytes: 1 << 20}
 	c.Retry = config.Retry{MaxAttempts: 1, Initial: time.Millisecond, Max: 10 * time.Millisecond}
-	c.Bootstrap.Mode = "external"
+	c.Bootstrap.Mode = "off"
 	c.Metrics.Enabled = true
 	return c
 }

@@ -7,14 +7,16 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"pdlb/bootstrap"
 	"pdlb/proxy"
 )
 
-// InfoSource answers what the DP-rank rule needs of a prefill: its DP size
-// from cached parallel info, or (slow path) after waiting for it.
+// InfoSource answers what the DP-rank rule needs of a prefill: its cached
+// parallel info, or (slow path) the info once it is there. The registry
+// (embedded) and the poller (external) implement it.
 type InfoSource interface {
-	DPSize(addr string) (int, bool)
-	WaitDPSize(ctx context.Context, addr string) (int, error)
+	Info(addr string) (bootstrap.PrefillInfo, bool)
+	WaitInfo(ctx context.Context, addr string) (bootstrap.PrefillInfo, error)
 }
 
 // checkRank applies the DP-rank rule to a request that names a prefill DP
@@ -26,7 +28,7 @@ func (r *Router) checkRank(ctx *fasthttp.RequestCtx, p *proxy.Backend, req *pdRe
 	if req.rankField == "" || r.info == nil || p.BootstrapAddr == "" {
 		return 0, 0, ""
 	}
-	dp, ok := r.info.DPSize(p.BootstrapAddr)
+	info, ok := r.info.Info(p.BootstrapAddr)
 	if !ok {
 		wait := r.cfg().InfoWait
 		if wait <= 0 {
@@ -34,12 +36,13 @@ func (r *Router) checkRank(ctx *fasthttp.RequestCtx, p *proxy.Backend, req *pdRe
 		}
 		c, cancel := context.WithDeadline(context.Background(), earliest(r.now().Add(wait), deadline))
 		var err error
-		dp, err = r.info.WaitDPSize(c, p.BootstrapAddr)
+		info, err = r.info.WaitInfo(c, p.BootstrapAddr)
 		cancel()
 		if err != nil {
 			return 0, fasthttp.StatusServiceUnavailable, "parallel info of prefill " + p.URL + " not available yet: " + err.Error()
 		}
 	}
+	dp := info.DPSize
 	if req.prefillRank < 0 || req.prefillRank >= int64(dp) {
 		return 0, fasthttp.StatusBadRequest, req.rankField + ": " + strconv.FormatInt(req.prefillRank, 10) +
 			" is out of range [0, " + strconv.Itoa(dp) + ") for prefill " + p.URL

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb/bootstrap"
 	"pdlb/config"
 	"pdlb/proxy"
 )
@@ -30,14 +31,21 @@ type Service struct {
 	admin   *Admin
 	adminSv *fasthttp.Server
 	adminLn net.Listener
+	reg     *registryWiring
 	// mu guards cfg against concurrent reloads and admin additions.
 	mu sync.Mutex
 }
 
 // NewService wires a Service; nothing listens until Start.
 func NewService(cfg *config.Config, log zerolog.Logger) (*Service, error) {
-	s := &Service{cfg: cfg, log: log, Pool: proxy.NewPool(nil)}
+	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log)}
+	var ready proxy.Readiness
+	if s.reg.dir != nil {
+		ready = s.reg.dir
+	}
+	s.Pool = proxy.NewPool(ready)
 	s.Metrics = NewMetrics(s.Pool)
+	s.reg.observe(s.Metrics, s.Pool)
 	for _, p := range cfg.Prefill {
 		b, err := s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort)
 		if err != nil {
@@ -58,6 +66,7 @@ func NewService(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 		Proxy:     proxy.New(cfg.Timeouts, log),
 		Metrics:   s.Metrics,
 		Admission: NewAdmission(cfg.Limits.MaxConcurrentRequests, cfg.Limits.QueueSize, cfg.Limits.QueueTimeout),
+		Info:      infoSource(s.reg.dir),
 		Log:       log,
 	})
 	s.health = s.newHealthChecker(cfg.Health)
@@ -91,6 +100,9 @@ func (s *Service) newBackendLocked(url string, role proxy.Role, bootstrapPort *i
 	}
 	if role == proxy.Prefill {
 		s.setBootstrap(b, bootstrapPort)
+		if err := s.reg.attach(b); err != nil {
+			return nil, err
+		}
 	}
 	s.setBreaker(b)
 	return b, nil
@@ -184,6 +196,9 @@ func (s *Service) setBootstrap(b *proxy.Backend, port *int) {
 
 // Start listens on server.host:server.port and serves in the background.
 func (s *Service) Start() error {
+	if err := s.reg.start(); err != nil {
+		return err
+	}
 	addr := net.JoinHostPort(s.cfg.Server.Host, strconv.Itoa(s.cfg.Server.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -265,10 +280,19 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		s.adminSv.ShutdownWithContext(ctx)
 	}
 	s.admin.Close()
+	s.reg.shutdown(ctx)
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
 			b.Close()
 		}
 	}
 	return err
+}
+
+// infoSource keeps a nil Directory a nil interface (no registry: no rank checks).
+func infoSource(d bootstrap.Directory) InfoSource {
+	if d == nil {
+		return nil
+	}
+	return d
 }

@@ -1,0 +1,144 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
+	"pdlb/bootstrap"
+	"pdlb/config"
+	"pdlb/proxy"
+)
+
+// registryWiring connects the KV bootstrap registry to the Service: in
+// embedded mode pdlb serves one namespace per prefill bootstrap port; in
+// external mode it polls each prefill's own bootstrap server. Either way the
+// result is a bootstrap.Directory that gates prefill selection (a prefill
+// whose ranks have not all registered is never picked) and answers the
+// DP-rank rule.
+type registryWiring struct {
+	mode     string
+	host     string // embedded: listen host
+	registry *bootstrap.Registry
+	poller   *bootstrap.Poller
+	dir      bootstrap.Directory
+
+	mu      sync.Mutex
+	servers map[int]*bootstrap.Server
+	started bool
+}
+
+func newRegistryWiring(cfg *config.Config, log zerolog.Logger) *registryWiring {
+	w := &registryWiring{mode: cfg.Bootstrap.Mode, host: cfg.Bootstrap.ListenHost, servers: map[int]*bootstrap.Server{}}
+	switch w.mode {
+	case "off":
+		return w
+	case "external":
+		// Once ready, re-poll at the health-check interval (0: the poller's default).
+		w.poller = bootstrap.NewPoller(bootstrap.PollerOptions{Interval: cfg.Bootstrap.PollInterval, Refresh: cfg.Health.Interval},
+			log.With().Str("component", "bootstrap-poller").Logger())
+		w.dir = w.poller
+		return w
+	}
+	w.registry = bootstrap.NewRegistry(cfg.Bootstrap, log.With().Str("component", "bootstrap").Logger(), bootstrap.SystemClock())
+	w.dir = w.registry
+	return w
+}
+
+// observe feeds the registry's request counts and rank gauges to m.
+func (w *registryWiring) observe(m *Metrics, pool *proxy.Pool) {
+	if w.registry != nil {
+		w.registry.Observe = func(path string, status int) {
+			m.Counter(fmt.Sprintf(`pdlb_bootstrap_requests_total{path=%q,status="%d"}`, path, status)).Inc()
+		}
+	}
+	if w.dir != nil {
+		m.AddWriter(w.writeMetrics(pool))
+	}
+}
+
+// attach makes b's registry namespace known (and, once started, served).
+func (w *registryWiring) attach(b *proxy.Backend) error {
+	if b.Role != proxy.Prefill || w.dir == nil {
+		return nil
+	}
+	if w.poller != nil {
+		w.poller.Add(b.BootstrapAddr)
+		return nil
+	}
+	port := bootstrapPort(b)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.servers[port]; ok {
+		return nil
+	}
+	srv := w.registry.NewServer(port)
+	w.servers[port] = srv
+	if w.started {
+		return w.listen(port, srv)
+	}
+	return nil
+}
+
+func bootstrapPort(b *proxy.Backend) int {
+	if b.BootstrapPort != nil {
+		return *b.BootstrapPort
+	}
+	return config.DefaultBootstrapPort
+}
+
+func (w *registryWiring) listen(port int, srv *bootstrap.Server) error {
+	addr := net.JoinHostPort(w.host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("bootstrap registry: listen %s: %w", addr, err)
+	}
+	go srv.Serve(ln)
+	return nil
+}
+
+// start opens a listener per namespace (embedded mode).
+func (w *registryWiring) start() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.started = true
+	for port, srv := range w.servers {
+		if err := w.listen(port, srv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *registryWiring) shutdown(ctx context.Context) {
+	if w.dir == nil {
+		return
+	}
+	if w.poller != nil {
+		w.poller.Close()
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, srv := range w.servers {
+		srv.Shutdown(ctx)
+	}
+}
+
+// writeMetrics exposes ranks registered vs expected per prefill namespace.
+func (w *registryWiring) writeMetrics(pool *proxy.Pool) func(io.Writer) {
+	return func(out io.Writer) {
+		for _, b := range pool.Backends(proxy.Prefill) {
+			reg, exp := w.dir.Status(b.BootstrapAddr)
+			labels := `{url=` + strconv.Quote(b.URL) + `,bootstrap=` + strconv.Quote(b.BootstrapAddr) + `}`
+			metrics.WriteGaugeUint64(out, "pdlb_registry_ranks_registered"+labels, uint64(max(reg, 0)))
+			metrics.WriteGaugeUint64(out, "pdlb_registry_ranks_expected"+labels, uint64(max(exp, 0)))
+		}
+	}
+}
