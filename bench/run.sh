@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# bench/run.sh — the reproducible performance run behind bench/RESULTS.md.
+#
+# Builds pdlb and the bare fan-out "floor" proxy, starts fast mock engines
+# and both proxies on loopback, and measures in interleaved rounds:
+#   (a) max throughput, non-stream /generate, concurrency 64:
+#       pdlb vs the floor vs the decode mock directly [vs OTHER_LB]
+#   (b) fixed-rate latency at half of (a)'s pdlb throughput: pdlb vs direct [vs OTHER_LB]
+#   (c) STREAMS concurrent streams (default 5000) held ~30 s: pdlb's RSS and CPU per event
+# then writes bench/RESULTS.md and bench/latency.svg.
+#
+# Environment:
+#   OTHER_LB=http://host:port   another balancer in front of the same mocks (e.g. SGLang's mini LB
+#                               started with --prefill http://127.0.0.1:$PREFILL_PORT --decode http://127.0.0.1:$DECODE_PORT)
+#   OTHER_LB_PID=N              its PID, for CPU per request
+#   DURATION=10s ROUNDS=3 STREAMS=5000 STREAM_SECONDS=30
+#   PIN=1                       pin with taskset: pdlb on PDLB_CPUS, the rest on LOAD_CPUS (16-core machines)
+#   PDLB_CPUS=0-3 LOAD_CPUS=4-15
+#   RESULTS=bench/RESULTS.md    where to write the report (the 16-core run uses a second file)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/bench/out}
+BIN=$OUT/bin
+DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
+STREAMS=${STREAMS:-5000}
+STREAM_SECONDS=${STREAM_SECONDS:-30}
+RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
+PREFILL_PORT=${PREFILL_PORT:-31000}
+DECODE_PORT=${DECODE_PORT:-31001}
+PDLB_PORT=${PDLB_PORT:-31100}
+FLOOR_PORT=${FLOOR_PORT:-31200}
+SPREFILL_PORT=$((PREFILL_PORT + 10))
+SDECODE_PORT=$((DECODE_PORT + 10))
+SPDLB_PORT=$((PDLB_PORT + 10))
+mkdir -p "$OUT" "$BIN"
+rm -f "$OUT"/*.json "$OUT"/*.log
+
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+pin_pdlb=() pin_load=()
+if [ "${PIN:-0}" = 1 ]; then
+  pin_pdlb=(taskset -c "${PDLB_CPUS:-0-3}")
+  pin_load=(taskset -c "${LOAD_CPUS:-4-15}")
+fi
+
+if [ -z "${NO_BUILD:-}" ]; then
+  echo "building…"
+  go build -trimpath -o "$BIN/pdlb" ./cmd/pdlb
+  go build -trimpath -o "$BIN/pdlb-floor" ./bench/floor/cmd/pdlb-floor
+  go build -trimpath -o "$BIN/pdlb-results" ./bench/results
+fi
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+start() { # start NAME CMD… — background process, logs to $OUT/NAME.log
+  local name=$1; shift
+  "$@" >"$OUT/$name.log" 2>&1 &
+  pids+=($!)
+  eval "${name}_pid=$!"
+}
+
+wait_port() { # wait_port PORT — until something answers /health
+  for _ in $(seq 1 100); do
+    curl -fs "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "nothing answers on port $1" >&2; exit 1
+}
+
+# pdlb as it runs in production: JSON logs (to a file), metrics, breakers,
+# health checks on. The registry is off: the fast mocks do not register and
+# the registry is not on the request path beyond one atomic load.
+pdlb_serve() { # pdlb_serve PORT PREFILL DECODE
+  "${pin_pdlb[@]}" "$BIN/pdlb" serve --prefill "http://127.0.0.1:$2" none --decode "http://127.0.0.1:$3" \
+    --host 127.0.0.1 --port "$1" --set bootstrap.mode=off --set admin.port=0 --log-format json
+}
+
+echo "starting fast mocks, pdlb and the floor…"
+start mock_prefill "${pin_load[@]}" "$BIN/pdlb" mock --role prefill --port "$PREFILL_PORT" --fast --log-level warn
+start mock_decode "${pin_load[@]}" "$BIN/pdlb" mock --role decode --port "$DECODE_PORT" --fast --log-level warn
+wait_port "$PREFILL_PORT"; wait_port "$DECODE_PORT"
+start pdlb pdlb_serve "$PDLB_PORT" "$PREFILL_PORT" "$DECODE_PORT"
+start floor "${pin_pdlb[@]}" "$BIN/pdlb-floor" -listen "127.0.0.1:$FLOOR_PORT" -prefill "http://127.0.0.1:$PREFILL_PORT" -decode "http://127.0.0.1:$DECODE_PORT"
+wait_port "$PDLB_PORT"
+sleep 0.5
+# pdlb_pid/floor_pid are the wrappers' children when pinned; find the real processes.
+pdlb_real=$(pgrep -f "pdlb serve .*--port $PDLB_PORT" | head -1)
+floor_real=$(pgrep -f "pdlb-floor -listen 127.0.0.1:$FLOOR_PORT" | head -1)
+decode_real=$(pgrep -f "pdlb mock --role decode --port $DECODE_PORT" | head -1)
+
+targets="http://127.0.0.1:$PDLB_PORT,http://127.0.0.1:$FLOOR_PORT,http://127.0.0.1:$DECODE_PORT"
+target_pids="$pdlb_real,$floor_real,$decode_real"
+if [ -n "${OTHER_LB:-}" ]; then
+  targets="$targets,$OTHER_LB"
+  target_pids="$target_pids,${OTHER_LB_PID:-0}"
+fi
+
+bench() { "${pin_load[@]}" "$BIN/pdlb" bench --quiet "$@"; }
+
+CMD_A="pdlb bench --targets $targets --pid-of-target <pids> --room --concurrency 64 --duration $DURATION --rounds $ROUNDS --input-len 128 --output-len 16"
+echo "(a) max throughput: $CMD_A"
+bench --targets "$targets" --pid-of-target "$target_pids" --room --concurrency 64 --duration "$DURATION" \
+  --rounds "$ROUNDS" --input-len 128 --output-len 16 --out "$OUT/a.json" | tee "$OUT/a.txt"
+
+rate=$("$BIN/pdlb-results" -half-rate "$OUT/a.json")
+targets_b="http://127.0.0.1:$PDLB_PORT,http://127.0.0.1:$DECODE_PORT"
+pids_b="$pdlb_real,$decode_real"
+if [ -n "${OTHER_LB:-}" ]; then targets_b="$targets_b,$OTHER_LB"; pids_b="$pids_b,${OTHER_LB_PID:-0}"; fi
+CMD_B="pdlb bench --targets $targets_b --pid-of-target <pids> --room --rate $rate --concurrency 1024 --duration $DURATION --rounds $ROUNDS --input-len 128 --output-len 16"
+echo "(b) fixed rate: $CMD_B"
+bench --targets "$targets_b" --pid-of-target "$pids_b" --room --rate "$rate" --concurrency 1024 --duration "$DURATION" \
+  --rounds "$ROUNDS" --input-len 128 --output-len 16 --out "$OUT/b.json" | tee "$OUT/b.txt"
+
+# (c) streams: a decode mock with a realistic token delay, STREAMS streams
+# held STREAM_SECONDS (token delay 100 ms × tokens).
+tokens=$((STREAM_SECONDS * 10))
+start smock_prefill "${pin_load[@]}" "$BIN/pdlb" mock --role prefill --port "$SPREFILL_PORT" --fast --log-level warn
+start smock_decode "${pin_load[@]}" "$BIN/pdlb" mock --role decode --port "$SDECODE_PORT" --token-delay 100ms --log-level warn
+wait_port "$SPREFILL_PORT"; wait_port "$SDECODE_PORT"
+start spdlb pdlb_serve "$SPDLB_PORT" "$SPREFILL_PORT" "$SDECODE_PORT"
+wait_port "$SPDLB_PORT"
+sleep 0.5
+spdlb_real=$(pgrep -f "pdlb serve .*--port $SPDLB_PORT" | head -1)
+CMD_C="pdlb bench --targets http://127.0.0.1:$SPDLB_PORT --pid-of-target <pid> --stream --concurrency $STREAMS --requests $STREAMS --output-len $tokens --input-len 16 --timeout 120s"
+echo "(c) $STREAMS concurrent streams: $CMD_C"
+bench --targets "http://127.0.0.1:$SPDLB_PORT" --pid-of-target "$spdlb_real" --stream --concurrency "$STREAMS" \
+  --requests "$STREAMS" --output-len "$tokens" --input-len 16 --timeout 120s --out "$OUT/c.json" | tee "$OUT/c.txt"
+
+echo "hot-path micro-benchmarks…"
+go test -run '^$' -bench 'ParseInject|SSERelay' -benchmem -count 3 ./router ./proxy 2>&1 | grep -E '^(Benchmark|cpu:)' >"$OUT/gobench.txt" || true
+
+cat >"$OUT/commands.txt" <<CMDS
+(a) $CMD_A
+(b) $CMD_B
+(c) $CMD_C
+pdlb: pdlb serve --prefill URL none --decode URL --set bootstrap.mode=off --set admin.port=0 --log-format json
+mocks: pdlb mock --role prefill|decode --port N --fast (c: decode --token-delay 100ms)
+pinning: ${PIN:-0} (pdlb ${PDLB_CPUS:-0-3}, load ${LOAD_CPUS:-4-15})
+micro-benchmarks: go test -run '^\$' -bench 'ParseInject|SSERelay' -benchmem -count 3 ./router ./proxy
+CMDS
+"$BIN/pdlb-results" -dir "$OUT" -o "$RESULTS" -chart "${RESULTS%.md}.svg"
+echo "wrote $RESULTS"
