@@ -101,6 +101,10 @@ func (p *Pool) Available(b *Backend) bool {
 	return b.Role != Prefill || p.ready == nil || b.BootstrapAddr == "" || p.ready.Ready(b.BootstrapAddr)
 }
 
+// AvailableIgnoringRegistry is Available without the registry condition: a
+// prefill that would be picked once its ranks have registered.
+func (p *Pool) AvailableIgnoringRegistry(b *Backend) bool { return b.admits(p.now()) }
+
 // RegistryReady reports whether b's registry namespace is ready (true for
 // decodes and when no registry is consulted).
 func (p *Pool) RegistryReady(b *Backend) bool {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
@@ -64,12 +63,14 @@ type RelayResult struct {
 // client's stream right after "data: [DONE]" even if the engine keeps its
 // connection open. A decode failure mid-stream becomes a final SSE error
 // event. client may be nil (no write deadlines).
-func (s *Stream) Relay(w *bufio.Writer, client net.Conn, writeTimeout time.Duration) (res RelayResult) {
+func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duration) (res RelayResult) {
 	defer func() { s.finish(res.Err) }()
 	ev := s.first
 	for {
 		if client != nil && writeTimeout > 0 {
-			client.SetWriteDeadline(s.now().Add(writeTimeout))
+			// A slow reader gets writeTimeout per event, and never more
+			// than the request's own deadline.
+			client.SetWriteDeadline(earlier(s.now().Add(writeTimeout), s.deadline))
 		}
 		done := isDone(ev)
 		n, err := s.writeEvent(w, ev, done)
@@ -109,20 +110,25 @@ func (s *Stream) Relay(w *bufio.Writer, client net.Conn, writeTimeout time.Durat
 	}
 }
 
-func (s *Stream) writeEvent(w *bufio.Writer, ev []byte, done bool) (int, error) {
-	if s.merge && !done {
-		if d, ok := eventData(ev); ok {
-			s.scratch = append(s.scratch[:0], "data: "...)
-			s.scratch = appendMergedObject(s.scratch, d, logprobPath, b2s(s.prefix))
-			ev = s.scratch
-		}
+// writeEvent writes one event and its boundary in a single Write, so a
+// chunked client writer sends each event as one chunk.
+func (s *Stream) writeEvent(w EventWriter, ev []byte, done bool) (int, error) {
+	d, ok := eventData(ev)
+	if s.merge && !done && ok {
+		s.scratch = append(s.scratch[:0], "data: "...)
+		s.scratch = appendMergedObject(s.scratch, d, logprobPath, b2s(s.prefix))
+	} else {
+		s.scratch = append(s.scratch[:0], ev...)
 	}
-	n, err := w.Write(ev)
-	if err != nil {
-		return n, err
-	}
-	m, err := w.Write(eventBoundary)
-	return n + m, err
+	s.scratch = append(s.scratch, eventBoundary...)
+	return w.Write(s.scratch)
+}
+
+// EventWriter is where a relay writes: a bufio.Writer, or the router's
+// chunked writer on a hijacked client connection.
+type EventWriter interface {
+	Write(p []byte) (int, error)
+	Flush() error
 }
 
 // Close releases a stream that will not be relayed.

@@ -1,10 +1,10 @@
 package router
 
 import (
-	"bufio"
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"time"
 
@@ -134,6 +134,16 @@ func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req
 	cfg := r.cfg()
 	ok := func(b *proxy.Backend) bool { return r.pool.Available(b) && !contains(exclude, b) }
 	pt, dt, msg := r.pickPair(ok)
+	if msg != "" && req.rankField != "" && r.info != nil {
+		// A request that names a prefill DP rank may wait (bounded by
+		// bootstrap.info_wait, in checkRank) for a prefill still registering,
+		// so the very first request of a fresh deployment succeeds. Other
+		// requests get their 503 at once.
+		registering := func(b *proxy.Backend) bool {
+			return b.Role == proxy.Prefill && !r.pool.RegistryReady(b) && r.pool.AvailableIgnoringRegistry(b)
+		}
+		pt, dt, msg = r.pickPair(func(b *proxy.Backend) bool { return (ok(b) || registering(b)) && !contains(exclude, b) })
+	}
 	if msg != "" {
 		return nil, nil, fasthttp.StatusServiceUnavailable, msg
 	}
@@ -254,16 +264,30 @@ func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, 
 		r.logPD(lg, start)
 		return
 	}
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(ans.ContentType)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	conn := ctx.Conn()
+	// The stream is relayed on the hijacked connection (see sse_writer.go).
 	writeTimeout := r.cfg().Server.WriteTimeout
+	head := streamHead(lg.requestID)
 	final := *lg
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	r.streams.Add(1)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(conn net.Conn) {
+		defer r.streams.Done()
 		defer release()
-		res := ans.Stream.Relay(w, conn, writeTimeout)
+		w := acquireChunkWriter(conn)
+		defer releaseChunkWriter(w)
+		if writeTimeout > 0 {
+			conn.SetWriteDeadline(r.now().Add(writeTimeout))
+		}
+		var res proxy.RelayResult
+		if _, err := w.bw.Write(head); err != nil {
+			ans.Stream.Close()
+			res.Err = proxy.ErrClientGone
+		} else {
+			res = ans.Stream.Relay(w, conn, writeTimeout)
+			if !errors.Is(res.Err, proxy.ErrClientGone) {
+				w.close()
+			}
+		}
 		final.bytes, final.events = res.Bytes, res.Events
 		if res.Err != nil {
 			final.err = res.Err
@@ -275,7 +299,6 @@ func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, 
 	})
 }
 
-// logPD finishes a fan-out request: its one log line and its metrics.
 func (r *Router) logPD(lg *pdLog, start time.Time) {
 	elapsed := r.now().Sub(start)
 	r.metrics.Request(lg.path, lg.status, elapsed)

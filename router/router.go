@@ -1,6 +1,7 @@
 package router
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,9 @@ type Router struct {
 	started   time.Time
 	table     map[string]route
 	draining  atomic.Bool
+	// streams counts relays running on hijacked connections, which
+	// fasthttp's Shutdown does not wait for.
+	streams sync.WaitGroup
 }
 
 // Options wire a Router.
@@ -139,4 +143,16 @@ func (r *Router) buildRoutes() map[string]route {
 		"/get_server_info":     {get, r.serverInfo, false, false},
 	}
 	return t
+}
+
+// WaitStreams waits for relayed streams to end, or for done to close.
+func (r *Router) WaitStreams(done <-chan struct{}) bool {
+	ended := make(chan struct{})
+	go func() { r.streams.Wait(); close(ended) }()
+	select {
+	case <-ended:
+		return true
+	case <-done:
+		return false
+	}
 }

@@ -276,6 +276,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	err := s.server.ShutdownWithContext(ctx)
+	if !s.Router.WaitStreams(ctx.Done()) && err == nil {
+		err = ctx.Err()
+	}
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
 	}
