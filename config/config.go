@@ -34,7 +34,8 @@ type Server struct {
 	WriteTimeout time.Duration `koanf:"write_timeout"`
 	// IdleTimeout closes keep-alive client connections idle this long. Default 120s.
 	IdleTimeout time.Duration `koanf:"idle_timeout"`
-	// MaxHeaderBytes caps the request header size. Default 16384.
+	// MaxHeaderBytes caps the request header size; it is also each client
+	// connection's read buffer, held for the life of a stream. Default 8192.
 	MaxHeaderBytes int `koanf:"max_header_bytes"`
 	// APIKey, when set, requires "Authorization: Bearer <key>" on serving routes. Default "" (off).
 	APIKey string `koanf:"api_key"`

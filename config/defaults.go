@@ -17,7 +17,7 @@ func Default() Config {
 			ReadTimeout:    60 * time.Second,
 			WriteTimeout:   60 * time.Second,
 			IdleTimeout:    120 * time.Second,
-			MaxHeaderBytes: 16384,
+			MaxHeaderBytes: 8192,
 			ShutdownGrace:  30 * time.Second,
 		},
 		Timeouts: Timeouts{

@@ -16,7 +16,7 @@ func TestDefault(t *testing.T) {
 		{"server.host", d.Server.Host, "0.0.0.0"},
 		{"server.port", d.Server.Port, 8000},
 		{"server.idle_timeout", d.Server.IdleTimeout, 120 * time.Second},
-		{"server.max_header_bytes", d.Server.MaxHeaderBytes, 16384},
+		{"server.max_header_bytes", d.Server.MaxHeaderBytes, 8192},
 		{"timeouts.decode_first_byte", d.Timeouts.DecodeFirstByte, 600 * time.Second},
 		{"limits.max_body_bytes", d.Limits.MaxBodyBytes, 67108864},
 		{"log.format", d.Log.Format, "json"},

@@ -148,10 +148,7 @@ func (l *leg) start(path string, body []byte, requestID string, deadline time.Ti
 		if err := c.SetDeadline(deadline); err != nil {
 			return l.fail(KindConnect, err)
 		}
-		if err = req.Write(c.bw); err == nil {
-			err = c.bw.Flush()
-		}
-		if err == nil {
+		if err = c.writeRequest(req); err == nil {
 			err = l.resp.Header.Read(c.br)
 			if err == nil {
 				return nil

@@ -24,7 +24,9 @@ type sseReader struct {
 var errEventTooLarge = errors.New("SSE event larger than the limit")
 
 const (
-	sseInitialBuf = 16 << 10
+	// Most events fit; longer ones grow the buffer (returned to the pool
+	// only when still small).
+	sseInitialBuf = 4 << 10
 	sseMaxEvent   = 64 << 20
 )
 

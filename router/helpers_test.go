@@ -96,7 +96,7 @@ type lbOption func(*config.Config)
 
 func testConfig() config.Config {
 	c := config.Config{}
-	c.Server = config.Server{Host: "127.0.0.1", Port: 0, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: 16384}
+	c.Server = config.Server{Host: "127.0.0.1", Port: 0, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: 8192}
 	c.Timeouts = config.Timeouts{Connect: time.Second, PrefillFirstByte: 5 * time.Second, DecodeFirstByte: 5 * time.Second, DecodeIdle: 5 * time.Second, Request: 10 * time.Second}
 	c.Limits = config.Limits{MaxBodyBytes: 1 << 20}
 	c.Retry = config.Retry{MaxAttempts: 1, Initial: time.Millisecond, Max: 10 * time.Millisecond}
