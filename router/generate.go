@@ -44,6 +44,7 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 
 	release, status, aerr := r.admission.Acquire(ctx)
 	if aerr != nil {
+		r.metrics.Counter(`pdlb_admission_refused_total{status="` + strconv.Itoa(status) + `"}`).Inc()
 		if status == fasthttp.StatusTooManyRequests {
 			writeError(ctx, status, errRateLimited, "too many requests: "+aerr.Error())
 			ctx.Response.Header.Set("Retry-After", "1")

@@ -105,7 +105,12 @@ func (m *Metrics) HealthCheck(b *proxy.Backend, ok bool) {
 
 // Counter returns (creating) a counter by its full name with labels; for
 // rare events (bootstrap requests, admission refusals).
-func (m *Metrics) Counter(name string) *metrics.Counter { return m.set.GetOrCreateCounter(name) }
+func (m *Metrics) Counter(name string) *metrics.Counter {
+	if m == nil {
+		return new(metrics.Counter) // counted nowhere
+	}
+	return m.set.GetOrCreateCounter(name)
+}
 
 // AddWriter adds series written at scrape time.
 func (m *Metrics) AddWriter(f func(w io.Writer)) {

@@ -3,11 +3,13 @@ package router
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
@@ -68,6 +70,10 @@ func NewService(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 		Admission: NewAdmission(cfg.Limits.MaxConcurrentRequests, cfg.Limits.QueueSize, cfg.Limits.QueueTimeout),
 		Info:      infoSource(s.reg.dir),
 		Log:       log,
+	})
+	s.Metrics.AddWriter(func(w io.Writer) {
+		metrics.WriteGaugeUint64(w, "pdlb_admission_in_flight", uint64(s.Router.admission.InFlight()))
+		metrics.WriteGaugeUint64(w, "pdlb_admission_queued", uint64(s.Router.admission.Queued()))
 	})
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
