@@ -159,22 +159,3 @@ func (t Ticket) Done(err *UpstreamError) {
 
 // Backend returns the admitted backend.
 func (t Ticket) Backend() *Backend { return t.b }
-
-// Retire takes the backend with url out of selection and drains it: no new
-// requests; the ones in flight hold the *Backend and finish; its idle
-// connections are closed once the last one is done (bounded by maxWait).
-func (p *Pool) Retire(role Role, url string, maxWait time.Duration) *Backend {
-	b := p.Remove(role, url)
-	if b == nil {
-		return nil
-	}
-	b.Drain()
-	go func() {
-		deadline := time.Now().Add(maxWait)
-		for b.InFlight() > 0 && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-		b.Close()
-	}()
-	return b
-}

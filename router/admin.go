@@ -197,22 +197,30 @@ func (a *Admin) remove(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "url: query parameter required (DELETE /workers?url=http://host:port)")
 		return
 	}
-	a.mu.Lock()
 	b := a.pool.Find(strings.TrimRight(raw, "/"))
-	if b == nil {
-		a.mu.Unlock()
+	if b == nil || !a.Drain(b) {
 		writeError(ctx, fasthttp.StatusNotFound, errNotFound, "url: no worker "+raw)
 		return
 	}
+	writeJSON(ctx, fasthttp.StatusAccepted, a.worker(b))
+}
+
+// Drain takes b out of the pool and drains it: no new requests, in-flight
+// ones finish, then its connections close. Used by DELETE /workers and by
+// config reloads that drop a backend. It reports false if b was not in the pool.
+func (a *Admin) Drain(b *proxy.Backend) bool {
+	a.mu.Lock()
+	if a.pool.Remove(b.Role, b.URL) == nil {
+		a.mu.Unlock()
+		return false
+	}
 	b.Drain()
-	a.pool.Remove(b.Role, b.URL)
 	a.draining[b] = struct{}{}
 	a.wg.Add(1)
 	a.mu.Unlock()
-
-	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Int64("in_flight", b.InFlight()).Msg("worker draining via admin API")
+	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Int64("in_flight", b.InFlight()).Msg("worker draining")
 	go a.finishDrain(b)
-	writeJSON(ctx, fasthttp.StatusAccepted, a.worker(b))
+	return true
 }
 
 // finishDrain waits for b's in-flight requests and then drops its

@@ -122,10 +122,6 @@ func (s *Service) setBreaker(b *proxy.Backend) {
 	b.SetBreaker(proxy.NewBreaker(b.Role.String()+" "+b.URL, s.cfg.Breaker, s.log, s.Metrics.BreakerChange))
 }
 
-// retireWait bounds how long a removed backend's in-flight requests may run
-// before its connections are closed.
-const retireWait = 30 * time.Minute
-
 // Apply swaps in a new, validated config without dropping in-flight
 // requests: settings and timeouts apply to new requests, new backends join,
 // removed ones drain, breakers are rebuilt when their settings changed.
@@ -173,7 +169,7 @@ func (s *Service) Apply(cfg *config.Config) error {
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
 			if !want[b.URL] {
-				s.Pool.Retire(role, b.URL, retireWait)
+				s.admin.Drain(b)
 				s.log.Info().Str("role", role.String()).Str("url", b.URL).Msg("reload: backend removed, draining")
 			}
 		}
