@@ -138,7 +138,7 @@ func (r *Registrar) Register(ctx context.Context, p RankRegistration) error {
 		reason = r.attempt(body)
 		if reason == "" {
 			r.o.Logger.Info().Str("url", r.url).Int("attempt", k+1).
-				Int("dp", p.SystemDPRank).Int("tp", p.AttnTPRank).Int("cp", p.AttnCPRank).Int("pp", p.PPRank).
+				Int("dp", p.dpGroup()).Int("tp", p.AttnTPRank).Int("cp", p.AttnCPRank).Int("pp", p.PPRank).
 				Msg("prefill rank registered to bootstrap server")
 			return nil
 		}
@@ -177,4 +177,13 @@ func (r *Registrar) attempt(body []byte) string {
 		return fmt.Sprintf("status %d: %s", code, clip(strings.TrimSpace(string(resp.Body())), 200))
 	}
 	return ""
+}
+
+// dpGroup is the rank's DP group as the registry keys it (§3.1): the
+// attention DP rank unless the system runs several DP engines.
+func (p RankRegistration) dpGroup() int {
+	if p.SystemDPSize <= 1 {
+		return p.AttnDPRank
+	}
+	return p.SystemDPRank
 }

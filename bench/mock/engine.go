@@ -15,6 +15,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+
+	"pdlb/bootstrap"
 )
 
 // Engine roles, as SGLang's --disaggregation-mode names them.
@@ -91,6 +93,45 @@ type Options struct {
 
 	// Clock tells the time (default time.Now); tests inject one for SlowStart.
 	Clock func() time.Time
+
+	// KV bootstrap (sglang-wire-protocol.md §3–§5; see bootstrap.go).
+
+	// DP and TP are the engine's attention DP and TP sizes (default 1 each).
+	// A prefill registers DP×TP ranks and dispatches each request to DP rank
+	// routed_dp_rank, else bootstrap_room % DP.
+	DP, TP int
+	// Bootstrap is the registry a prefill registers its ranks with, e.g.
+	// "http://127.0.0.1:8998" (default "": no registration). Registration
+	// starts when the engine first serves, since prefill_http_port is the
+	// engine's own port.
+	Bootstrap string
+	// BootstrapToken is sent as "Authorization: Bearer <token>" on
+	// registration (default "": none).
+	BootstrapToken string
+	// RegisterDelay postpones registration, to reproduce the seed race
+	// (default 0).
+	RegisterDelay time.Duration
+	// RegisterAttempts and RegisterBackoff shape each rank's registration
+	// retries: that many attempts with min(RegisterBackoff·2^k, 30s)×[0.75,1)
+	// between them (defaults 5 and 1s, SGLang's).
+	RegisterAttempts int
+	RegisterBackoff  time.Duration
+	// FailFast delivers the final registration failure on Engine.Fatal, so
+	// `pdlb mock` exits non-zero; without it the engine logs the failure and
+	// keeps running unregistered, as SGLang does (default false).
+	FailFast bool
+	// Lookup makes a decode resolve every request's prefill through the
+	// registry at the request's bootstrap_host:bootstrap_port, as SGLang's
+	// decode does, and fail the request when it cannot (default false:
+	// no registry needed; `pdlb mock --role decode` turns it on).
+	Lookup bool
+	// LookupAttempts and LookupInterval bound a decode's patience with a
+	// registry that answers 503 "not ready" (defaults 20 and 1s).
+	LookupAttempts int
+	LookupInterval time.Duration
+	// Sleep waits between registration and lookup attempts (default: a
+	// context-aware time.Sleep); tests inject one to count or shorten waits.
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // StatusError is an error with the HTTP status a hook wants answered.
@@ -122,6 +163,8 @@ type Engine struct {
 
 	abortMu sync.Mutex
 	aborts  map[string]chan struct{} // in-flight requests by client rid
+
+	kv kvState
 }
 
 // New builds an Engine with opts' defaults applied.
@@ -148,6 +191,10 @@ func New(opts Options, log zerolog.Logger) *Engine {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	opts.DP, opts.TP = min(max(opts.DP, 1), maxParallel), min(max(opts.TP, 1), maxParallel)
+	if opts.Sleep == nil {
+		opts.Sleep = bootstrap.SleepContext
+	}
 	if opts.Fast {
 		opts.TokenDelay, opts.PrefillPerToken, opts.DecodePerToken, opts.MaxBatch = 0, 0, 0, 0
 	}
@@ -159,6 +206,7 @@ func New(opts Options, log zerolog.Logger) *Engine {
 		aborts:  make(map[string]chan struct{}),
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.kv.init()
 	e.sched.init(opts.MaxBatch)
 	e.fast = buildFastAnswers(opts)
 	e.srv = &fasthttp.Server{
@@ -176,16 +224,20 @@ func New(opts Options, log zerolog.Logger) *Engine {
 
 // Serve answers on ln until Shutdown; it may be called for several listeners.
 func (e *Engine) Serve(ln net.Listener) error {
+	e.startRegistration(ln.Addr())
 	return e.srv.Serve(ln)
 }
 
-// Shutdown ends stalls, queues and streams (kept-open ones included), stops
-// the listeners and waits up to 5s for connections to finish.
+// Shutdown ends stalls, queues, streams (kept-open ones included) and
+// registration, stops the listeners and waits up to 5s for connections to
+// finish.
 func (e *Engine) Shutdown() error {
 	e.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return e.srv.ShutdownWithContext(ctx)
+	err := e.srv.ShutdownWithContext(ctx)
+	e.kv.wg.Wait() // registration ends with e.ctx
+	return err
 }
 
 // Options returns the options in effect (defaults applied).

@@ -81,6 +81,11 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 		}
 		return nil
 	}
+	if err := e.kvBootstrap(e.ctx, r); err != nil {
+		code, msg := statusOf(err)
+		e.reject(ctx, r, code, msg)
+		return nil
+	}
 	if e.opts.BeforeAnswer != nil {
 		if err := e.opts.BeforeAnswer(e.ctx, r); err != nil {
 			code, msg := statusOf(err)

@@ -27,6 +27,9 @@ type Request struct {
 	BootstrapHosts []string
 	BootstrapPorts []int
 	BootstrapRooms []uint64
+	// RoutedDPRank and PrefillDPRank are the request's routed_dp_rank and
+	// disagg_prefill_dp_rank; nil when absent or null.
+	RoutedDPRank, PrefillDPRank *int
 	// ReturnLogprob is the truthiness of `return_logprob` (OpenAI: `logprobs`).
 	ReturnLogprob bool
 	// MaxTokens is the number of tokens to generate per item.
@@ -187,6 +190,8 @@ func (e *Engine) readBootstrap(r *Request, root gjson.Result) {
 			r.BootstrapHosts = append(r.BootstrapHosts, host.Str)
 		}
 	}
+	r.RoutedDPRank = optInt(root.Get("routed_dp_rank"))
+	r.PrefillDPRank = optInt(root.Get("disagg_prefill_dp_rank"))
 	port := root.Get("bootstrap_port")
 	if port.IsArray() {
 		for _, v := range port.Array() {
@@ -209,6 +214,15 @@ func (e *Engine) maxTokens(v gjson.Result) int {
 		return int(min(max(v.Int(), 0), maxOutputTokens))
 	}
 	return e.opts.OutputLen
+}
+
+// optInt reads an optional integer; anything but a number is "absent".
+func optInt(v gjson.Result) *int {
+	if v.Type != gjson.Number {
+		return nil
+	}
+	n := int(v.Int())
+	return &n
 }
 
 func intList(v gjson.Result) []int32 {

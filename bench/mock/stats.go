@@ -30,6 +30,13 @@ type Stats struct {
 	Aborted []string
 	// OutputTokens counts generated tokens.
 	OutputTokens int64
+	// Rooms are the most recent bootstrap rooms handled (up to 64), oldest
+	// first: the DP rank a prefill dispatched each to, or the prefill DP rank
+	// a decode with Options.Lookup resolved (other decodes record none).
+	Rooms []RoomRecord
+	// Registered is true once every rank of a prefill registered with
+	// Options.Bootstrap; RegistrationFailed once registration gave up.
+	Registered, RegistrationFailed bool
 }
 
 // RecordedBody is one request body the engine received.
@@ -115,5 +122,6 @@ func (e *Engine) Stats() Stats {
 		out.LastPath, out.LastBody = last.Path, last.Body
 	}
 	out.Aborted = append([]string(nil), s.aborted...)
+	out.Rooms, out.Registered, out.RegistrationFailed = e.kv.snapshot()
 	return out
 }

@@ -4,13 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	"pdlb"
 	"pdlb/bench/mock"
 	"pdlb/config"
 	"pdlb/router"
+)
+
+// The demo's prefill has two DP ranks, so the DP-rank rules are exercised
+// end to end; demoRegisterWait bounds the wait for its registration.
+const (
+	demoPrefillDP    = 2
+	demoRegisterWait = 15 * time.Second
 )
 
 // demo runs mock engines on the backend URLs of the embedded config.yaml and
@@ -31,34 +40,63 @@ func demo(args []string) error {
 			e.Shutdown()
 		}
 	}()
-	start := func(rawURL, role string) error {
-		u, err := url.Parse(rawURL)
-		if err != nil {
-			return err
-		}
-		e, err := startMock(mock.Options{Role: role, TokenDelay: 20 * time.Millisecond}, u.Host, log.With().Str("mock", role).Logger())
-		if err != nil {
-			return err
-		}
-		engines = append(engines, e)
-		return nil
-	}
-	for _, p := range cfg.Prefill {
-		if err := start(p.URL, mock.RolePrefill); err != nil {
-			return err
-		}
-	}
-	for _, d := range cfg.Decode {
-		if err := start(d.URL, mock.RoleDecode); err != nil {
-			return err
-		}
-	}
 	svc, err := router.NewService(cfg, log)
 	if err != nil {
 		return err
 	}
+	// pdlb first, so the embedded registry listens when the prefill
+	// registers; the prefill's registration retries would cover the race.
 	if err := svc.Start(); err != nil {
 		return err
+	}
+	start := func(rawURL string, o mock.Options) (*mock.Engine, error) {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		o.TokenDelay = 20 * time.Millisecond
+		e, err := startMock(o, u.Host, log.With().Str("mock", o.Role).Logger())
+		if err != nil {
+			return nil, err
+		}
+		engines = append(engines, e)
+		return e, nil
+	}
+	var prefills []*mock.Engine
+	for _, p := range cfg.Prefill {
+		o := mock.Options{Role: mock.RolePrefill, DP: demoPrefillDP}
+		if cfg.Bootstrap.Mode == "embedded" {
+			port := config.DefaultBootstrapPort
+			if p.BootstrapPort != nil {
+				port = *p.BootstrapPort
+			}
+			o.Bootstrap = "http://" + net.JoinHostPort(cfg.Bootstrap.AdvertiseHost, strconv.Itoa(port))
+			o.BootstrapToken = cfg.Bootstrap.AuthToken
+		}
+		e, err := start(p.URL, o)
+		if err != nil {
+			return err
+		}
+		if o.Bootstrap != "" {
+			prefills = append(prefills, e)
+		}
+	}
+	for _, d := range cfg.Decode {
+		if _, err := start(d.URL, mock.Options{Role: mock.RoleDecode, Lookup: cfg.Bootstrap.Mode == "embedded"}); err != nil {
+			return err
+		}
+	}
+	// The curl line below must work at once: wait for the registrations.
+	deadline := time.NewTimer(demoRegisterWait)
+	defer deadline.Stop()
+wait:
+	for _, e := range prefills {
+		select {
+		case <-e.Registered():
+		case <-deadline.C:
+			log.Warn().Dur("waited", demoRegisterWait).Msg("demo: prefill not registered yet; requests get 503 until it is")
+			break wait
+		}
 	}
 	fmt.Printf("\npdlb demo is running. Try:\n\n  curl localhost:%d/generate -d '{\"text\":\"hi\"}'\n  curl -N localhost:%d/generate -d '{\"text\":\"hi\",\"stream\":true}'\n\nCtrl-C stops all.\n\n",
 		cfg.Server.Port, cfg.Server.Port)

@@ -17,7 +17,8 @@ const usage = `pdlb — a load balancer for prefill/decode disaggregated LLM ser
 Usage:
   pdlb serve [-c FILE] [--prefill URL [PORT|none]]... [--decode URL]... [--host H] [--port N] [--set key=value]...
   pdlb demo                      run mock engines and pdlb on the embedded config.yaml
-  pdlb mock --role prefill|decode --port N [flags]
+  pdlb mock --role prefill|decode --port N [--fast] [--token-delay D] [--output-len N]
+            [--dp N --tp N --bootstrap URL --register-delay D --fail-fast] [fault flags; see pdlb mock -h]
   pdlb bench [flags]             load generator (see pdlb bench -h)
   pdlb check-config FILE         validate a config file and exit
   pdlb version

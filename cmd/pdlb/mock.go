@@ -4,7 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -33,6 +36,15 @@ func mockCmd(args []string) error {
 	fs.BoolVar(&o.KeepOpenAfterDone, "keep-open", false, "keep stream bodies open after data: [DONE]")
 	fs.BoolVar(&o.Fast, "fast", false, "answer at once with minimal work (for measuring the balancer)")
 	fs.Int64Var(&o.Seed, "seed", 0, "seed for fault injection")
+	fs.IntVar(&o.DP, "dp", 1, "bootstrap: attention DP size (prefill registers and dispatches dp×tp ranks)")
+	fs.IntVar(&o.TP, "tp", 1, "bootstrap: attention TP size")
+	fs.StringVar(&o.Bootstrap, "bootstrap", "", "bootstrap: registry URL a prefill registers its ranks with, e.g. http://127.0.0.1:8998")
+	fs.DurationVar(&o.RegisterDelay, "register-delay", 0, "bootstrap: wait this long before registering (reproduces the seed race)")
+	fs.StringVar(&o.BootstrapToken, "bootstrap-token", "", "bootstrap: bearer token for registration")
+	fs.BoolVar(&o.FailFast, "fail-fast", false, "bootstrap: exit non-zero when registration finally fails (default: keep running unregistered, as SGLang)")
+	lookup := fs.Bool("lookup", true, "bootstrap: a decode resolves each request's prefill through the registry named in its body, as SGLang's decode does")
+	fs.IntVar(&o.LookupAttempts, "lookup-attempts", 20, "bootstrap: a decode's attempts at a registry answering 503 not ready")
+	fs.DurationVar(&o.LookupInterval, "lookup-interval", time.Second, "bootstrap: pause between those attempts")
 	level := fs.String("log-level", "info", "log level")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{2, err}
@@ -43,6 +55,10 @@ func mockCmd(args []string) error {
 	if *port <= 0 || *port > 65535 {
 		return &exitError{2, fmt.Errorf("mock: --port %d out of range 1..65535", *port)}
 	}
+	if o.DP < 1 || o.TP < 1 {
+		return &exitError{2, fmt.Errorf("mock: --dp and --tp must be at least 1, got %d and %d", o.DP, o.TP)}
+	}
+	o.Lookup = *lookup && o.Role == mock.RoleDecode
 	o.TokenDelay = *tokenDelay
 	if o.TokenDelay == 0 {
 		o.TokenDelay = -1 // the engine reads 0 as "default"
@@ -54,8 +70,25 @@ func mockCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	waitForSignal()
+	if err := waitForMock(e); err != nil {
+		e.Shutdown()
+		return &exitError{1, err}
+	}
 	return e.Shutdown()
+}
+
+// waitForMock returns nil on a stop signal, or the engine's fatal error
+// (a FailFast prefill whose registration finally failed).
+func waitForMock(e *mock.Engine) error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	select {
+	case <-sig:
+		return nil
+	case err := <-e.Fatal():
+		return err
+	}
 }
 
 // startMock listens on addr and serves a mock engine in the background.
