@@ -42,7 +42,7 @@ func mockCmd(args []string) error {
 	fs.DurationVar(&o.RegisterDelay, "register-delay", 0, "bootstrap: wait this long before registering (reproduces the seed race)")
 	fs.StringVar(&o.BootstrapToken, "bootstrap-token", "", "bootstrap: bearer token for registration")
 	fs.BoolVar(&o.FailFast, "fail-fast", false, "bootstrap: exit non-zero when registration finally fails (default: keep running unregistered, as SGLang)")
-	lookup := fs.Bool("lookup", true, "bootstrap: a decode resolves each request's prefill through the registry named in its body, as SGLang's decode does")
+	lookup := fs.Bool("lookup", true, "bootstrap: a decode resolves each request's prefill through the registry named in its body, as SGLang's decode does (default off with --fast)")
 	fs.IntVar(&o.LookupAttempts, "lookup-attempts", 20, "bootstrap: a decode's attempts at a registry answering 503 not ready")
 	fs.DurationVar(&o.LookupInterval, "lookup-interval", time.Second, "bootstrap: pause between those attempts")
 	level := fs.String("log-level", "info", "log level")
@@ -58,7 +58,10 @@ func mockCmd(args []string) error {
 	if o.DP < 1 || o.TP < 1 {
 		return &exitError{2, fmt.Errorf("mock: --dp and --tp must be at least 1, got %d and %d", o.DP, o.TP)}
 	}
-	o.Lookup = *lookup && o.Role == mock.RoleDecode
+	// --fast measures the balancer, not a registry: no lookups unless asked.
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "lookup" })
+	o.Lookup = *lookup && o.Role == mock.RoleDecode && (explicit || !o.Fast)
 	o.TokenDelay = *tokenDelay
 	if o.TokenDelay == 0 {
 		o.TokenDelay = -1 // the engine reads 0 as "default"
