@@ -3,10 +3,12 @@ package proxy
 import (
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/valyala/bytebufferpool"
 
 	"pdlb/config"
 )
@@ -45,9 +47,14 @@ type Exchange struct {
 	Deadline time.Time
 	// ClientConn is watched for a disconnect before the answer is committed; may be nil.
 	ClientConn net.Conn
+	// Buffer, when set, holds PrefillBody and DecodeBody; it goes back to
+	// its pool once both legs are done with them.
+	Buffer *bytebufferpool.ByteBuffer
 }
 
-// Answer is what the client gets once the decode committed.
+// Answer is what the client gets once the decode committed. ContentType
+// and Body point into the attempt's buffers: copy them out, then Release
+// (streams release themselves when the relay ends).
 type Answer struct {
 	// Non-streaming: the decode's status, content type and (merged) body.
 	Status      int
@@ -57,6 +64,16 @@ type Answer struct {
 	Stream *Stream
 	// PrefillStatus is the prefill's status when it was known at commit (0 otherwise).
 	PrefillStatus int
+	a             *attempt
+}
+
+// Release hands a non-streaming answer's buffers back.
+func (ans *Answer) Release() {
+	if ans.Stream == nil && ans.a != nil {
+		a := ans.a
+		ans.a = nil
+		a.unref()
+	}
 }
 
 // ErrClientGone is reported when the client disconnected before the answer.
@@ -70,16 +87,58 @@ const (
 	decodeFailed
 )
 
+// attempt is one fan-out. It is pooled and reference-counted: the request
+// goroutine (until the answer is released or the stream ends) and the
+// prefill goroutine each hold a reference; the last one to let go returns
+// the legs' connections and the body buffer, so nothing is allocated per
+// request beyond what fasthttp and gobreaker need.
 type attempt struct {
-	x        *Exchange
+	x        Exchange
 	p        *Proxy
-	pl, dl   *leg
+	pl, dl   leg
 	state    atomic.Int32
-	pdone    chan *UpstreamError
-	pFirst   []byte // prefill's first SSE event payload (stream + merge)
+	refs     atomic.Int32
+	pdone    chan *UpstreamError // capacity 1: the prefill goroutine's outcome
+	pFirst   []byte              // prefill's first SSE event payload (stream + merge)
 	pStatus  atomic.Int32
 	deadline time.Time
 	t        config.Timeouts
+	ans      Answer
+	merged   []byte // merged non-stream body
+	stream   Stream
+	watch    *clientWatch
+}
+
+var attemptPool = sync.Pool{New: func() any { return &attempt{pdone: make(chan *UpstreamError, 1)} }}
+
+func (a *attempt) unref() {
+	if a.refs.Add(-1) != 0 {
+		return
+	}
+	a.pl.reset()
+	a.dl.reset()
+	select {
+	case <-a.pdone:
+	default:
+	}
+	if a.x.Buffer != nil {
+		bytebufferpool.Put(a.x.Buffer)
+	}
+	a.x = Exchange{}
+	a.state.Store(pending)
+	a.pStatus.Store(0)
+	a.pFirst = a.pFirst[:0]
+	a.merged = a.merged[:0]
+	a.ans = Answer{}
+	a.stream.reset()
+	a.watch = nil
+	attemptPool.Put(a)
+}
+
+// clientGone cancels both legs (the client-watch callback).
+func (a *attempt) clientGone() {
+	a.pl.cancel(ErrClientGone)
+	a.dl.cancel(ErrClientGone)
 }
 
 // Do runs one attempt. On failure before the decode's first byte it returns
@@ -87,27 +146,24 @@ type attempt struct {
 // retry on another pair. Tickets are settled here.
 func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	now := p.now()
-	a := &attempt{x: x, p: p, t: p.Timeouts(), pdone: make(chan *UpstreamError, 1)}
+	a := attemptPool.Get().(*attempt)
+	a.x, a.p, a.t = *x, p, p.Timeouts()
 	a.deadline = x.Deadline
-	a.pl = acquireLeg(x.Prefill.b, 2)
-	a.dl = acquireLeg(x.Decode.b, 1)
+	a.pl.b, a.dl.b = x.Prefill.b, x.Decode.b
+	a.refs.Store(2) // this goroutine and the prefill goroutine
 
-	watch := watchClient(x.ClientConn, func() {
-		a.pl.cancel(ErrClientGone)
-		a.dl.cancel(ErrClientGone)
-	})
+	a.watch = watchClient(x.ClientConn, a)
 	go a.runPrefill(earlier(now.Add(a.t.PrefillFirstByte), a.deadline))
 
 	ans, err := a.runDecode(earlier(now.Add(a.t.DecodeFirstByte), a.deadline))
-	watch.stop()
+	a.watch.stop()
 	if err == nil {
 		if ans.Stream == nil {
 			x.Decode.Done(nil)
 		}
 		return ans, nil
 	}
-	defer a.dl.unref()
-	defer a.pl.unref()
+	defer a.unref()
 	switch {
 	case err.Kind == KindCancelled && errors.Is(err.Err, ErrClientGone):
 		a.pl.cancel(ErrClientGone)
@@ -128,8 +184,8 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 // committed it cuts the decode leg (SGLang's own balancer leaves the decode
 // waiting for KV for minutes instead).
 func (a *attempt) runPrefill(firstByte time.Time) {
-	l := a.pl
-	defer l.unref()
+	l := &a.pl
+	defer a.unref()
 	err := l.start(a.x.Path, a.x.PrefillBody, a.x.RequestID, firstByte)
 	if err == nil {
 		a.pStatus.Store(int32(l.status()))
@@ -153,7 +209,7 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 	if err != nil && err.Kind != KindCancelled && a.state.Load() == committed {
 		a.p.log.Warn().Str("prefill", l.b.URL).Str("request_id", a.x.RequestID).Err(err).Msg("prefill failed after the decode committed")
 	}
-	a.pdone <- err
+	a.pdone <- err // capacity 1: never blocks
 	if sr != nil {
 		drainStream(l, sr)
 	}
@@ -208,8 +264,8 @@ func drainStream(l *leg, sr *sseReader) {
 // runDecode drives the decode leg up to its first byte: the whole answer
 // for non-streaming requests, the first event for streams.
 func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
-	l := a.dl
-	x := a.x
+	l := &a.dl
+	x := &a.x
 	if err := l.start(x.Path, x.DecodeBody, x.RequestID, firstByte); err != nil {
 		a.state.CompareAndSwap(pending, decodeFailed)
 		return nil, err
@@ -238,6 +294,7 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 		s.release(false)
 		return nil, &UpstreamError{Backend: l.b, Kind: KindCancelled, Err: errPrefillFailed}
 	}
+	s.a = a
 	if x.MergeLogprobs {
 		// The first decode event needs the prefill's logprobs in front.
 		if perr := <-a.pdone; perr == nil && len(a.pFirst) > 0 {
@@ -247,28 +304,22 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 			}
 		}
 	}
-	a.pl.unref()
 	s.ticket = x.Decode
-	return &Answer{Status: 200, ContentType: eventStreamType, Stream: s, PrefillStatus: int(a.pStatus.Load())}, nil
+	a.ans = Answer{Status: 200, ContentType: eventStreamType, Stream: s, PrefillStatus: int(a.pStatus.Load()), a: a}
+	return &a.ans, nil
 }
 
 func (a *attempt) nonStreamAnswer() *Answer {
-	l := a.dl
-	ans := &Answer{Status: l.status(), ContentType: append([]byte(nil), l.resp.Header.ContentType()...)}
-	body := l.resp.Body()
+	l := &a.dl
+	a.ans = Answer{Status: l.status(), ContentType: l.resp.Header.ContentType(), Body: l.resp.Body(), a: a}
 	if a.x.MergeLogprobs {
-		perr := <-a.pdone
-		if perr == nil {
-			ans.Body = mergeNonStream(make([]byte, 0, len(body)+len(a.pl.resp.Body())), body, a.pl.resp.Body())
+		if perr := <-a.pdone; perr == nil {
+			a.merged = mergeNonStream(a.merged[:0], a.ans.Body, a.pl.resp.Body())
+			a.ans.Body = a.merged
 		}
 	}
-	if ans.Body == nil {
-		ans.Body = append([]byte(nil), body...)
-	}
-	ans.PrefillStatus = int(a.pStatus.Load())
-	a.pl.unref()
-	l.unref()
-	return ans
+	a.ans.PrefillStatus = int(a.pStatus.Load())
+	return &a.ans
 }
 
 var eventStreamType = []byte("text/event-stream")

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,25 +28,11 @@ type leg struct {
 	conn      *upConn
 	cancelled bool
 	cause     error
-
-	// refs counts owners (request goroutine and prefill goroutine); the
-	// last one to let go releases the leg.
-	refs atomic.Int32
 }
 
-var legPool = sync.Pool{New: func() any { return new(leg) }}
-
-func acquireLeg(b *Backend, refs int32) *leg {
-	l := legPool.Get().(*leg)
-	l.b = b
-	l.refs.Store(refs)
-	return l
-}
-
-func (l *leg) unref() {
-	if l.refs.Add(-1) != 0 {
-		return
-	}
+// reset readies the leg for reuse (its attempt is done): a connection still
+// attached was not read to a clean end and is closed.
+func (l *leg) reset() {
 	l.mu.Lock()
 	c := l.conn
 	l.conn = nil
@@ -58,7 +43,6 @@ func (l *leg) unref() {
 	l.req.Reset()
 	l.resp.Reset()
 	l.b, l.cancelled, l.cause = nil, false, nil
-	legPool.Put(l)
 }
 
 // cancel closes the leg's connection (now or as soon as it has one) so any

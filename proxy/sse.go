@@ -80,7 +80,7 @@ func (s *sseReader) next() ([]byte, error) {
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				tail := bytes.TrimSpace(s.buf[s.start:s.end])
-				s.start = s.end
+				s.start, s.scanned = s.end, 0
 				if len(tail) > 0 {
 					return tail, nil
 				}

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -12,6 +14,7 @@ import (
 // Stream is a committed streaming answer: the decode's first event has
 // arrived and the rest is relayed event by event.
 type Stream struct {
+	a      *attempt
 	l      *leg
 	c      *upConn
 	sr     *sseReader
@@ -28,6 +31,11 @@ type Stream struct {
 
 // openDecodeStream reads the decode's first event before firstByte.
 func (a *attempt) openDecodeStream(firstByte time.Time) (*Stream, *UpstreamError) {
+	if ct := a.dl.resp.Header.ContentType(); !bytes.HasPrefix(ct, eventStreamType) {
+		// A 200 that is not an event stream (a proxy's error page, say) is a
+		// broken decode, not an answer to relay.
+		return nil, a.dl.fail(KindProtocol, fmt.Errorf("answered 200 with content type %q to a stream request", ct))
+	}
 	r, c, err := a.dl.openStream()
 	if err != nil {
 		return nil, err
@@ -47,7 +55,15 @@ func (a *attempt) openDecodeStream(firstByte time.Time) (*Stream, *UpstreamError
 		}
 		return nil, a.dl.fail(KindProtocol, rerr)
 	}
-	return &Stream{l: a.dl, c: c, sr: sr, first: ev, idle: a.t.DecodeIdle, deadline: a.deadline, now: a.p.now}, nil
+	s := &a.stream
+	s.l, s.c, s.sr, s.first = &a.dl, c, sr, ev
+	s.idle, s.deadline, s.now = a.t.DecodeIdle, a.deadline, a.p.now
+	return s, nil
+}
+
+// reset readies a pooled attempt's stream for reuse, keeping its buffers.
+func (s *Stream) reset() {
+	*s = Stream{scratch: s.scratch[:0], prefix: s.prefix[:0]}
 }
 
 // RelayResult says how a relayed stream ended.
@@ -158,8 +174,11 @@ func (s *Stream) finish(err error) {
 		uerr = &UpstreamError{Backend: s.l.b, Kind: KindCancelled, Err: err}
 	}
 	s.ticket.Done(uerr)
-	s.l.unref()
 	s.l = nil
+	if a := s.a; a != nil {
+		s.a = nil
+		a.unref()
+	}
 }
 
 // finishAfterDone checks, without waiting, whether the engine also ended

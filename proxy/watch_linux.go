@@ -15,32 +15,39 @@ import (
 // much of starting.
 const watchDelay = 50 * time.Millisecond
 
-// clientWatch calls gone once if the client closes its connection while a
-// request waits on the backends. fasthttp reads the whole request before
-// the handler runs and only notices a vanished client when a write fails; a
-// non-streaming PD request can wait minutes with nothing to write, so pdlb
-// peeks at the idle client socket instead (MSG_PEEK: it consumes nothing).
+// goner is told when the client went away.
+type goner interface{ clientGone() }
+
+// clientWatch calls clientGone once if the client closes its connection
+// while a request waits on the backends. fasthttp reads the whole request
+// before the handler runs and only notices a vanished client when a write
+// fails; a non-streaming PD request can wait minutes with nothing to write,
+// so pdlb peeks at the idle client socket instead (MSG_PEEK: it consumes
+// nothing). Watches are pooled with their timer.
 type clientWatch struct {
 	mu      sync.Mutex
 	conn    net.Conn
-	rc      syscall.RawConn
-	gone    func()
+	g       goner
 	timer   *time.Timer
 	stopped bool
 	done    chan struct{} // set once the watcher goroutine runs
 }
 
-func watchClient(conn net.Conn, gone func()) *clientWatch {
-	sc, ok := conn.(syscall.Conn)
-	if !ok || conn == nil {
+var watchPool sync.Pool
+
+func watchClient(conn net.Conn, g goner) *clientWatch {
+	if _, ok := conn.(syscall.Conn); !ok || conn == nil {
 		return nil
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
+	w, _ := watchPool.Get().(*clientWatch)
+	if w == nil {
+		w = &clientWatch{}
+		w.conn, w.g = conn, g
+		w.timer = time.AfterFunc(watchDelay, w.start)
+		return w
 	}
-	w := &clientWatch{conn: conn, rc: rc, gone: gone}
-	w.timer = time.AfterFunc(watchDelay, w.start)
+	w.conn, w.g, w.stopped, w.done = conn, g, false, nil
+	w.timer.Reset(watchDelay)
 	return w
 }
 
@@ -50,15 +57,20 @@ func (w *clientWatch) start() {
 	if w.stopped {
 		return
 	}
-	w.done = make(chan struct{})
-	go w.run()
+	rc, err := w.conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return
+	}
+	done := make(chan struct{})
+	w.done = done
+	go w.run(rc, done)
 }
 
-func (w *clientWatch) run() {
-	defer close(w.done)
+func (w *clientWatch) run(rc syscall.RawConn, done chan struct{}) {
+	defer close(done)
 	var b [1]byte
 	closed := false
-	rerr := w.rc.Read(func(fd uintptr) bool {
+	rerr := rc.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
 		case err == syscall.EAGAIN || err == syscall.EINTR:
@@ -70,7 +82,7 @@ func (w *clientWatch) run() {
 		return true
 	})
 	if rerr == nil && closed {
-		w.gone()
+		w.g.clientGone()
 	}
 }
 
@@ -81,15 +93,20 @@ func (w *clientWatch) stop() {
 	}
 	w.mu.Lock()
 	w.stopped = true
-	w.timer.Stop()
+	notFired := w.timer.Stop()
 	done := w.done
 	w.mu.Unlock()
-	if done == nil {
-		return
+	if done != nil {
+		// Wake the poller and wait, so the deadline is restored before
+		// fasthttp uses the connection again.
+		w.conn.SetReadDeadline(aLongTimeAgoDeadline)
+		<-done
+		w.conn.SetReadDeadline(time.Time{})
 	}
-	// Wake the poller and wait, so the deadline is restored before fasthttp
-	// uses the connection again.
-	w.conn.SetReadDeadline(aLongTimeAgoDeadline)
-	<-done
-	w.conn.SetReadDeadline(time.Time{})
+	// A timer that fired may still be about to call start; such a watch is
+	// left to the garbage collector rather than reused.
+	if notFired || done != nil {
+		w.conn, w.g = nil, nil
+		watchPool.Put(w)
+	}
 }

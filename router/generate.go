@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/proxy"
@@ -171,18 +172,25 @@ func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req
 		in.rooms[i] = newRoom(dpSize, req.prefillRank)
 	}
 	lg.room = in.rooms[0]
-	buf := make([]byte, 0, len(body)+160+in.batchExtra())
-	pBody := appendInjected(buf, body, req, rankFor(&in, req, dpSize, "routed_dp_rank"))
-	dBody := pBody
+	// Both bodies live in one pooled buffer that the proxy returns once both
+	// legs have sent them.
+	buf := bytebufferpool.Get()
+	buf.B = appendInjected(buf.B[:0], body, req, rankFor(&in, req, dpSize, "routed_dp_rank"))
+	pEnd := len(buf.B)
 	if req.rankField != "" && dpSize > 0 {
-		dBody = appendInjected(make([]byte, 0, len(pBody)), body, req, rankFor(&in, req, dpSize, "disagg_prefill_dp_rank"))
+		buf.B = appendInjected(buf.B, body, req, rankFor(&in, req, dpSize, "disagg_prefill_dp_rank"))
 	}
-	ans, uerr := r.proxy.Do(&proxy.Exchange{
+	pBody, dBody := buf.B[:pEnd], buf.B[pEnd:]
+	if len(dBody) == 0 {
+		dBody = pBody
+	}
+	x := proxy.Exchange{
 		Prefill: pt, Decode: dt, Path: path,
-		PrefillBody: pBody, DecodeBody: dBody,
+		PrefillBody: pBody, DecodeBody: dBody, Buffer: buf,
 		Stream: req.stream, MergeLogprobs: req.returnLogprob && path == "/generate",
 		RequestID: lg.requestID, Deadline: deadline, ClientConn: ctx.Conn(),
-	})
+	}
+	ans, uerr := r.proxy.Do(&x)
 	return ans, uerr, 0, ""
 }
 
@@ -262,6 +270,7 @@ func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, 
 		ctx.SetContentTypeBytes(ans.ContentType)
 		ctx.SetBody(ans.Body)
 		lg.bytes = len(ans.Body)
+		ans.Release()
 		r.logPD(lg, start)
 		return
 	}

@@ -47,11 +47,15 @@ func TestServerAPIKey(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer wrong")
 	if resp, _ := http.DefaultClient.Do(req); resp.StatusCode != 401 {
 		t.Fatalf("wrong key: %d", resp.StatusCode)
+	} else {
+		resp.Body.Close()
 	}
 	req, _ = http.NewRequest("POST", l.URL+"/generate", strings.NewReader(`{"text":"hi"}`))
 	req.Header.Set("Authorization", "Bearer s3cret")
 	if resp, _ := http.DefaultClient.Do(req); resp.StatusCode != 200 {
 		t.Fatalf("right key: %d", resp.StatusCode)
+	} else {
+		resp.Body.Close()
 	}
 	if resp, _ := get(t, l.URL+"/health"); resp.StatusCode != 200 {
 		t.Fatal("/health must stay open for probes")
