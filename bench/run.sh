@@ -56,6 +56,13 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
+port_free() { # port_free PORT — refuse to measure whatever already listens there
+  if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+    echo "port $1 is already in use; stop what listens there or set the *_PORT variables" >&2; exit 1
+  fi
+}
+for p in "$PREFILL_PORT" "$DECODE_PORT" "$PDLB_PORT" "$FLOOR_PORT" "$SPREFILL_PORT" "$SDECODE_PORT" "$SPDLB_PORT"; do port_free "$p"; done
+
 start() { # start NAME CMD… — background process, logs to $OUT/NAME.log
   local name=$1; shift
   "$@" >"$OUT/$name.log" 2>&1 &
@@ -74,8 +81,8 @@ wait_port() { # wait_port PORT — until something answers /health
 # pdlb as it runs in production: JSON logs (to a file), metrics, breakers,
 # health checks on. The registry is off: the fast mocks do not register and
 # the registry is not on the request path beyond one atomic load.
-pdlb_serve() { # pdlb_serve PORT PREFILL DECODE
-  "${pin_pdlb[@]}" "$BIN/pdlb" serve --prefill "http://127.0.0.1:$2" none --decode "http://127.0.0.1:$3" \
+pdlb_serve() { # pdlb_serve PORT PREFILL DECODE (exec: the background PID is pdlb's own)
+  exec "${pin_pdlb[@]}" "$BIN/pdlb" serve --prefill "http://127.0.0.1:$2" none --decode "http://127.0.0.1:$3" \
     --host 127.0.0.1 --port "$1" --set bootstrap.mode=off --set admin.port=0 --log-format json
 }
 
@@ -119,7 +126,7 @@ bench --targets "$targets_b" --pid-of-target "$pids_b" --room --rate "$rate" --c
 # held STREAM_SECONDS (token delay 100 ms × tokens).
 tokens=$((STREAM_SECONDS * 10))
 start smock_prefill "${pin_load[@]}" "$BIN/pdlb" mock --role prefill --port "$SPREFILL_PORT" --fast --log-level warn
-start smock_decode "${pin_load[@]}" "$BIN/pdlb" mock --role decode --port "$SDECODE_PORT" --token-delay 100ms --log-level warn
+start smock_decode "${pin_load[@]}" "$BIN/pdlb" mock --role decode --port "$SDECODE_PORT" --token-delay 100ms --lookup=false --log-level warn
 wait_port "$SPREFILL_PORT"; wait_port "$SDECODE_PORT"
 start spdlb pdlb_serve "$SPDLB_PORT" "$SPREFILL_PORT" "$SDECODE_PORT"
 wait_port "$SPDLB_PORT"

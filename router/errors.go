@@ -31,7 +31,8 @@ type errorDetail struct {
 // writeError answers with pdlb's JSON error shape.
 func writeError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
 	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: typ, Code: status}})
-	ctx.Response.Reset()
+	// ResetBody, not Reset: headers already set (X-Request-ID) stay.
+	ctx.Response.ResetBody()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)

@@ -41,6 +41,9 @@ func TestPrefillFailureCancelsDecode(t *testing.T) {
 	if !strings.Contains(body, p.URL) || !strings.Contains(body, "500") {
 		t.Errorf("error does not name the prefill and its status: %s", body)
 	}
+	if resp.Header.Get("X-Request-ID") == "" {
+		t.Error("error answer lacks X-Request-ID")
+	}
 	if !d.waitClosed(time.Second) {
 		t.Fatal("decode connection not closed within 1s of the prefill failure")
 	}
@@ -220,6 +223,9 @@ func TestStreamPrefillFailureBeforeFirstEvent(t *testing.T) {
 	resp, body := post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
 	if resp.StatusCode != 502 || !strings.Contains(body, "prefill") {
 		t.Fatalf("got %d %s", resp.StatusCode, body)
+	}
+	if resp.Header.Get("X-Request-ID") == "" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("stream refusal headers: %v", resp.Header)
 	}
 	if time.Since(start) > 2*time.Second {
 		t.Fatalf("took %v", time.Since(start))

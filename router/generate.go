@@ -39,7 +39,6 @@ type pdLog struct {
 
 func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool) {
 	start := r.now()
-	cfg := r.cfg()
 	lg := pdLog{path: path, requestID: requestID(ctx)}
 	ctx.Response.Header.Set(proxy.HeaderRequestID, lg.requestID)
 
@@ -56,16 +55,10 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 		r.logPD(&lg, start)
 		return
 	}
-	streaming := false
-	defer func() {
-		if !streaming {
-			release()
-		}
-	}()
-
 	body := ctx.PostBody()
 	req, err := parseRequest(body)
 	if err != nil {
+		release()
 		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, err.Error())
 		lg.status, lg.err = fasthttp.StatusBadRequest, err
 		r.logPD(&lg, start)
@@ -75,16 +68,40 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 		// The OpenAI routes always take scalars; the engine expands them.
 		req.batch = 0
 	}
+	if !req.stream {
+		r.exchange(ctx, nil, path, body, &req, &lg, start)
+		release()
+		return
+	}
+	// A stream is served on the hijacked connection from here on: the wait
+	// for the first event runs on a fresh goroutine with a small stack, the
+	// fasthttp worker goes back to its pool at once, and the relay writes
+	// chunks straight to the socket (see sse_writer.go). A refusal or an
+	// upstream error is still an ordinary HTTP response, written by hand.
+	r.streams.Add(1)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		defer r.streams.Done()
+		defer release()
+		if !r.exchange(ctx, c, path, body, &req, &lg, start) {
+			writeResponse(c, &ctx.Response, r.cfg().Server.WriteTimeout)
+		}
+	})
+}
+
+// exchange runs the attempts of one fan-out request, retrying before the
+// first byte. It reports whether a stream was relayed on conn; otherwise
+// the answer (or the error) is in ctx.Response.
+func (r *Router) exchange(ctx *fasthttp.RequestCtx, conn net.Conn, path string, body []byte, req *pdRequest, lg *pdLog, start time.Time) bool {
+	cfg := r.cfg()
 	deadline := start.Add(cfg.Timeout.Request)
 	var exclude []*proxy.Backend
 	var lastErr *proxy.UpstreamError
 	for attempt := 1; ; attempt++ {
 		lg.attempts = attempt
-		ans, uerr, status, msg := r.attempt(ctx, path, body, &req, &lg, exclude, deadline)
+		ans, uerr, status, msg := r.attempt(ctx, path, body, req, lg, exclude, deadline)
 		if ans != nil {
-			streaming = ans.Stream != nil
-			r.answer(ctx, ans, &lg, start, release)
-			return
+			return r.answer(ctx, conn, ans, lg, start)
 		}
 		if uerr == nil {
 			// Refused before any backend was contacted (no pair, bad rank).
@@ -97,15 +114,15 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 					writeError(ctx, status, errInvalidRequest, msg)
 				}
 				lg.status, lg.err = status, errors.New(msg)
-				r.logPD(&lg, start)
-				return
+				r.logPD(lg, start)
+				return false
 			}
 		}
 		lastErr = uerr
 		if errors.Is(uerr.Err, proxy.ErrClientGone) {
 			lg.status, lg.err = 499, uerr
-			r.logPD(&lg, start)
-			return
+			r.logPD(lg, start)
+			return false
 		}
 		if attempt >= cfg.Retry.MaxAttempts || !uerr.Retryable() || !r.now().Before(deadline) {
 			break
@@ -117,7 +134,7 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 			break
 		}
 	}
-	status = lastErr.ClientStatus()
+	status := lastErr.ClientStatus()
 	if lastErr.Kind == proxy.KindStatus && status < 500 {
 		// A backend's 4xx is the client's answer: pass it through as is.
 		ctx.SetStatusCode(lastErr.Status)
@@ -127,7 +144,8 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 		writeError(ctx, status, errUpstream, lastErr.Error())
 	}
 	lg.status, lg.err = status, lastErr
-	r.logPD(&lg, start)
+	r.logPD(lg, start)
+	return false
 }
 
 // attempt selects a pair, injects and runs one fan-out. It returns either an
@@ -259,10 +277,10 @@ func contains(list []*proxy.Backend, b *proxy.Backend) bool {
 	return false
 }
 
-// answer writes a committed answer: the decode's non-streamed response, or
-// a relay that runs after the handler returns.
-// release frees the admission slot; streams free it when the relay ends.
-func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, start time.Time, release func()) {
+// answer writes a committed answer: the decode's non-streamed response into
+// ctx (it reports false), or the relay of a stream on the hijacked conn
+// (true).
+func (r *Router) answer(ctx *fasthttp.RequestCtx, conn net.Conn, ans *proxy.Answer, lg *pdLog, start time.Time) bool {
 	lg.status = ans.Status
 	r.metrics.TTFT(lg.path, r.now().Sub(start))
 	if ans.Stream == nil {
@@ -272,43 +290,36 @@ func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, 
 		lg.bytes = len(ans.Body)
 		ans.Release()
 		r.logPD(lg, start)
-		return
+		return false
 	}
-	// The stream is relayed on the hijacked connection (see sse_writer.go).
 	writeTimeout := r.cfg().Server.WriteTimeout
-	head := streamHead(lg.requestID)
-	final := *lg
-	r.streams.Add(1)
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(conn net.Conn) {
-		defer r.streams.Done()
-		defer release()
-		w := acquireChunkWriter(conn)
-		defer releaseChunkWriter(w)
-		if writeTimeout > 0 {
-			conn.SetWriteDeadline(r.now().Add(writeTimeout))
+	w := acquireChunkWriter(conn)
+	defer releaseChunkWriter(w)
+	if writeTimeout > 0 {
+		conn.SetWriteDeadline(r.now().Add(writeTimeout))
+	}
+	var res proxy.RelayResult
+	if _, err := w.bw.Write(streamHead(lg.requestID)); err != nil {
+		ans.Stream.Close()
+		res.Err = proxy.ErrClientGone
+	} else {
+		res = ans.Stream.Relay(w, conn, writeTimeout)
+		if !errors.Is(res.Err, proxy.ErrClientGone) {
+			w.close()
 		}
-		var res proxy.RelayResult
-		if _, err := w.bw.Write(head); err != nil {
-			ans.Stream.Close()
-			res.Err = proxy.ErrClientGone
-		} else {
-			res = ans.Stream.Relay(w, conn, writeTimeout)
-			if !errors.Is(res.Err, proxy.ErrClientGone) {
-				w.close()
-			}
+	}
+	lg.bytes, lg.events = res.Bytes, res.Events
+	if res.Err != nil {
+		lg.err = res.Err
+		if errors.Is(res.Err, proxy.ErrClientGone) {
+			lg.status = 499
 		}
-		final.bytes, final.events = res.Bytes, res.Events
-		if res.Err != nil {
-			final.err = res.Err
-			if errors.Is(res.Err, proxy.ErrClientGone) {
-				final.status = 499
-			}
-		}
-		r.logPD(&final, start)
-	})
+	}
+	r.logPD(lg, start)
+	return true
 }
 
+// logPD finishes a fan-out request: its one log line and its metrics.
 func (r *Router) logPD(lg *pdLog, start time.Time) {
 	elapsed := r.now().Sub(start)
 	r.metrics.Request(lg.path, lg.status, elapsed)

@@ -5,14 +5,18 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
-// Streams are written on the hijacked client connection rather than
-// through fasthttp's SetBodyStreamWriter: that path hands every flushed
-// event through a pipe to a second goroutine, doubling the goroutine
-// switches per event. pdlb writes the response head and the chunked body
-// itself, one chunk and one flush per event, and closes the connection at
-// the end of the stream (the head says "Connection: close").
+// Streams are served on the hijacked client connection rather than through
+// fasthttp's SetBodyStreamWriter: that path hands every flushed event
+// through a pipe to a second goroutine, doubling the goroutine switches per
+// event, and keeps the fasthttp worker (with its deep stack) for the whole
+// stream. pdlb writes the response head and the chunked body itself, one
+// chunk and one flush per event, and closes the connection at the end of
+// the stream (the head says "Connection: close").
 
 // chunkWriter frames each Write as one HTTP/1.1 chunk.
 type chunkWriter struct {
@@ -40,7 +44,9 @@ func (c *chunkWriter) close() error {
 	return c.bw.Flush()
 }
 
-var streamWriters = sync.Pool{New: func() any { return &chunkWriter{bw: bufio.NewWriterSize(nil, 8<<10), hex: make([]byte, 0, 18)} }}
+// Events larger than the buffer bypass it (bufio writes them straight
+// through), so it can stay small: 5,000 streams hold 5,000 of them.
+var streamWriters = sync.Pool{New: func() any { return &chunkWriter{bw: bufio.NewWriterSize(nil, 2<<10), hex: make([]byte, 0, 18)} }}
 
 func acquireChunkWriter(c net.Conn) *chunkWriter {
 	w := streamWriters.Get().(*chunkWriter)
@@ -63,4 +69,17 @@ func streamHead(requestID string) []byte {
 		h = append(h, "\r\n"...)
 	}
 	return append(h, "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"...)
+}
+
+// writeResponse writes a whole response on a hijacked connection (the
+// error answer of a stream request that never committed).
+func writeResponse(c net.Conn, resp *fasthttp.Response, timeout time.Duration) {
+	if timeout > 0 {
+		c.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	resp.SetConnectionClose()
+	w := acquireChunkWriter(c)
+	resp.Write(w.bw)
+	w.bw.Flush()
+	releaseChunkWriter(w)
 }

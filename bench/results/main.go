@@ -109,7 +109,7 @@ func writeBar(w io.Writer, a, b, c *load.Report) {
 		if !ok {
 			v = "**missed**"
 		}
-		fmt.Fprintf(w, "| %s | %.3g%s | %s | %s |\n", name, got, unit, bar, v)
+		fmt.Fprintf(w, "| %s | %s%s | %s | %s |\n", name, num(got), unit, bar, v)
 	}
 	if floor.CPUMicrosPerReq > 0 {
 		r := pdlb.CPUMicrosPerReq / floor.CPUMicrosPerReq
@@ -130,10 +130,10 @@ func writeBar(w io.Writer, a, b, c *load.Report) {
 	}
 	if c != nil {
 		s := c.Targets[0].Median
-		row(fmt.Sprintf("%d streams: errors", c.Config.Concurrency), float64(s.Failed), "", "0", s.Failed == 0)
+		row(fmt.Sprintf("%d streams: errors", c.Config.Concurrency), float64(s.Failed), "", "0", s.Failed == 0 && s.Completed > 0)
 		rss := float64(max(s.PeakRSSBytes, s.HWMBytes)) / 1e6
 		row("streams: pdlb peak RSS", rss, " MB", "≤ 150 MB", rss <= 150)
-		row("streams: pdlb CPU per relayed event", s.CPUMicrosPerEvent, " µs", "≤ 3 µs", s.CPUMicrosPerEvent <= 3)
+		row("streams: pdlb CPU per relayed event", s.CPUMicrosPerEvent, " µs", "≤ 3 µs", s.Events > 0 && s.CPUMicrosPerEvent <= 3)
 	}
 }
 
