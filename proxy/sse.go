@@ -26,7 +26,7 @@ var errEventTooLarge = errors.New("SSE event larger than the limit")
 const (
 	// Most events fit; longer ones grow the buffer (returned to the pool
 	// only when still small).
-	sseInitialBuf = 4 << 10
+	sseInitialBuf = 2 << 10
 	sseMaxEvent   = 64 << 20
 )
 
