@@ -122,6 +122,15 @@ echo "(b) fixed rate: $CMD_B"
 bench --targets "$targets_b" --pid-of-target "$pids_b" --room --rate "$rate" --concurrency 1024 --duration "$DURATION" \
   --rounds "$ROUNDS" --input-len 128 --output-len 16 --out "$OUT/b.json" | tee "$OUT/b.txt"
 
+# (b2) the same comparison at a rate that leaves this machine idle most of
+# the time, so queueing behind the load generator and the mocks (all on the
+# same cores) does not swamp what pdlb itself adds.
+RATE2=${RATE2:-1000}
+CMD_B2="pdlb bench --targets $targets_b --pid-of-target <pids> --room --rate $RATE2 --concurrency 1024 --duration $DURATION --rounds $ROUNDS --input-len 128 --output-len 16"
+echo "(b2) low fixed rate: $CMD_B2"
+bench --targets "$targets_b" --pid-of-target "$pids_b" --room --rate "$RATE2" --concurrency 1024 --duration "$DURATION" \
+  --rounds "$ROUNDS" --input-len 128 --output-len 16 --out "$OUT/b2.json" | tee "$OUT/b2.txt"
+
 # (c) streams: a decode mock with a realistic token delay, STREAMS streams
 # held STREAM_SECONDS (token delay 100 ms × tokens).
 tokens=$((STREAM_SECONDS * 10))
@@ -143,6 +152,7 @@ go test -run '^$' -bench 'ParseInject|SSERelay' -benchmem -count 3 ./router ./pr
 cat >"$OUT/commands.txt" <<CMDS
 (a) $CMD_A
 (b) $CMD_B
+(b2) $CMD_B2
 (c) $CMD_C
 pdlb: pdlb serve --prefill URL none --decode URL --set bootstrap.mode=off --set admin.port=0 --log-format json
 mocks: pdlb mock --role prefill|decode --port N --fast (c: decode --token-delay 100ms)

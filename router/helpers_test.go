@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -107,6 +108,15 @@ func testConfig() config.Config {
 
 func startLB(t *testing.T, prefills []*backend, decodes []*backend, opts ...lbOption) *lb {
 	t.Helper()
+	log := zerolog.New(io.Discard)
+	if testing.Verbose() {
+		log = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	return startLBWithLog(t, prefills, decodes, log, opts...)
+}
+
+func startLBWithLog(t *testing.T, prefills []*backend, decodes []*backend, log zerolog.Logger, opts ...lbOption) *lb {
+	t.Helper()
 	cfg := testConfig()
 	port := 8998
 	for _, p := range prefills {
@@ -117,10 +127,6 @@ func startLB(t *testing.T, prefills []*backend, decodes []*backend, opts ...lbOp
 	}
 	for _, o := range opts {
 		o(&cfg)
-	}
-	log := zerolog.New(io.Discard)
-	if testing.Verbose() {
-		log = zerolog.New(zerolog.NewTestWriter(t))
 	}
 	svc, err := NewService(&cfg, log)
 	if err != nil {
@@ -233,4 +239,22 @@ func (b *backend) allBodies() [][]byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([][]byte(nil), b.bodies...)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.b.Bytes()...)
 }

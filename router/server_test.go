@@ -1,0 +1,93 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"pdlb/config"
+)
+
+func TestHeaderTooLargeIs431(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(200, `{}`))
+	l := startLB(t, []*backend{p}, []*backend{d}, func(c *config.Config) { c.Server.MaxHeaderBytes = 4096 })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8192) + "\r\nContent-Length: 2\r\n\r\n{}"))
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	var e errorBody
+	if resp.StatusCode != 431 || json.Unmarshal(b, &e) != nil || e.Error.Code != 431 {
+		t.Fatalf("got %d %s", resp.StatusCode, b)
+	}
+	if p.count()+d.count() != 0 {
+		t.Fatal("reached a backend")
+	}
+}
+
+func TestSlowClientIsCutByReadTimeout(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(200, `{}`))
+	l := startLB(t, []*backend{p}, []*backend{d}, func(c *config.Config) { c.Server.ReadTimeout = 300 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Half a request, then nothing: pdlb must not wait forever.
+	conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"te"))
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	start := time.Now()
+	io.ReadAll(conn) // returns when pdlb answers and/or closes
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("slow client held the connection for %v with a 300ms read timeout", el)
+	}
+	if p.count()+d.count() != 0 {
+		t.Fatal("a half-sent request reached a backend")
+	}
+}
+
+func TestOneLogLinePerRequest(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(200, `{"ok":1}`))
+	var buf syncBuffer
+	l := startLBWithLog(t, []*backend{p}, []*backend{d}, zerolog.New(&buf))
+	post(t, l.URL+"/generate", `{"text":"hi"}`)
+	var line map[string]any
+	for _, raw := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(raw, &m) == nil && m["message"] == "request" {
+			if line != nil {
+				t.Fatalf("two request lines: %s", buf.Bytes())
+			}
+			line = m
+		}
+	}
+	if line == nil {
+		t.Fatalf("no request line in %s", buf.Bytes())
+	}
+	for _, k := range []string{"method", "path", "status", "prefill", "decode", "room", "duration", "bytes", "request_id"} {
+		if _, ok := line[k]; !ok {
+			t.Errorf("request line lacks %q: %v", k, line)
+		}
+	}
+	if line["level"] != "info" || line["prefill"] != p.URL || line["decode"] != d.URL || line["status"] != float64(200) {
+		t.Errorf("request line %v", line)
+	}
+}
