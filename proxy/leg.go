@@ -110,7 +110,7 @@ func (l *leg) fail(kind Kind, err error) *UpstreamError {
 
 // start sends the request and reads the response headers before deadline.
 // A reused connection that the backend had already closed is retried once
-// on a fresh one: nothing reached the engine's application then.
+// on a freshly dialled one: nothing reached the engine's application then.
 func (l *leg) start(path string, body []byte, requestID string, deadline time.Time) *UpstreamError {
 	req := &l.req
 	req.Header.SetMethod(fasthttp.MethodPost)
@@ -122,7 +122,14 @@ func (l *leg) start(path string, body []byte, requestID string, deadline time.Ti
 	}
 	req.SetBodyRaw(body)
 	for attempt := 0; ; attempt++ {
-		c, reused, err := l.b.up.get()
+		var c *upConn
+		var reused bool
+		var err error
+		if attempt == 0 {
+			c, reused, err = l.b.up.get()
+		} else {
+			c, err = l.b.up.dial()
+		}
 		if err != nil {
 			return l.fail(KindConnect, err)
 		}
@@ -139,7 +146,10 @@ func (l *leg) start(path string, body []byte, requestID string, deadline time.Ti
 			}
 		}
 		if reused && attempt == 0 && isStaleConn(err) && !l.isCancelled() {
+			// The engine closed a pooled connection; when it restarted,
+			// every pooled connection is dead: drop them all and dial.
 			l.detach(false)
+			l.b.up.closeIdle()
 			continue
 		}
 		if isStaleConn(err) && !reused {
