@@ -30,14 +30,13 @@ func writeChart(w io.Writer, runs ...*load.Report) error {
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
 	fmt.Fprintf(w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(w, `<text x="%d" y="22" font-size="16">Latency percentiles per target (ms, log scale; lower is better)</text>`+"\n", left)
-	titles := []string{"(a) max throughput, concurrency %d", "(b) fixed rate %.0f req/s"}
 	for pi, r := range runs {
 		y0 := top + pi*(panelH+60) + 20
-		var title string
-		if pi == 0 {
-			title = fmt.Sprintf(titles[0], r.Config.Concurrency)
-		} else {
-			title = fmt.Sprintf(titles[1], r.Config.Rate)
+		title := fmt.Sprintf("(a) max throughput, concurrency %d", r.Config.Concurrency)
+		names := namesA
+		if r.Config.Rate > 0 {
+			title = fmt.Sprintf("fixed rate %.0f req/s (open loop)", r.Config.Rate)
+			names = namesB
 		}
 		fmt.Fprintf(w, `<text x="%d" y="%d" font-size="14">%s</text>`+"\n", left, y0, html.EscapeString(title))
 		lo, hi := math.Inf(1), 0.0
@@ -79,7 +78,7 @@ func writeChart(w io.Writer, runs ...*load.Report) error {
 		for ti, t := range r.Targets {
 			lx := left + ti*200
 			fmt.Fprintf(w, `<rect x="%d" y="%.1f" width="10" height="10" fill="%s"/><text x="%d" y="%.1f">%c %s</text>`+"\n",
-				lx, plotTop+plotH+26, colors[ti%len(colors)], lx+14, plotTop+plotH+35, 'A'+ti, html.EscapeString(t.URL))
+				lx, plotTop+plotH+26, colors[ti%len(colors)], lx+14, plotTop+plotH+35, 'A'+ti, html.EscapeString(name(names, ti)+" "+t.URL))
 		}
 	}
 	_, err := fmt.Fprintln(w, "</svg>")

@@ -79,16 +79,16 @@ func write(dir, outPath, chartPath string) error {
 	fmt.Fprintf(&w, "\n![latency percentiles per target](%s)\n", filepath.Base(chartPath))
 
 	fmt.Fprintf(&w, "\n## (a) Maximum throughput — non-stream `/generate`, concurrency %d\n\n", a.Config.Concurrency)
-	writeTable(&w, a)
+	writeTable(&w, a, namesA)
 	fmt.Fprintf(&w, "\n## (b) Fixed rate %.0f req/s (half of pdlb's throughput in a), open loop\n\n", b.Config.Rate)
-	writeTable(&w, b)
+	writeTable(&w, b, namesB)
 	if b2 != nil {
 		fmt.Fprintf(&w, "\n## (b2) Fixed rate %.0f req/s, open loop\n\n", b2.Config.Rate)
-		writeTable(&w, b2)
+		writeTable(&w, b2, namesB)
 	}
 	if c != nil {
 		fmt.Fprintf(&w, "\n## (c) %d concurrent streams\n\n", c.Config.Concurrency)
-		writeTable(&w, c)
+		writeTable(&w, c, namesB)
 	}
 	if len(gobench) > 0 {
 		fmt.Fprintf(&w, "\n## Hot-path micro-benchmarks\n\n```\n%s```\n", gobench)
@@ -102,7 +102,24 @@ func write(dir, outPath, chartPath string) error {
 		return err
 	}
 	defer f.Close()
-	return writeChart(f, a, b)
+	runs := []*load.Report{a, b}
+	if b2 != nil {
+		runs = append(runs, b2)
+	}
+	return writeChart(f, runs...)
+}
+
+// The targets of each run, in the order bench/run.sh passes them.
+var (
+	namesA = []string{"pdlb", "floor", "decode directly", "other LB"}
+	namesB = []string{"pdlb", "decode directly", "other LB"}
+)
+
+func name(names []string, i int) string {
+	if i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("target %d", i+1)
 }
 
 // writeBar states the issue's performance bar with the measured figure and a verdict.
@@ -146,10 +163,10 @@ func writeBar(w io.Writer, a, b, b2, c *load.Report) {
 	}
 }
 
-func writeTable(w io.Writer, r *load.Report) {
+func writeTable(w io.Writer, r *load.Report, names []string) {
 	fmt.Fprintf(w, "| metric |")
 	for i, t := range r.Targets {
-		fmt.Fprintf(w, " %c `%s` |", 'A'+i, t.URL)
+		fmt.Fprintf(w, " %c %s `%s` |", 'A'+i, name(names, i), t.URL)
 	}
 	fmt.Fprintf(w, "\n|---|")
 	for range r.Targets {
