@@ -78,23 +78,28 @@ func TestRestartedBackendPooledConnections(t *testing.T) {
 func answerJSON(c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReader(c)
-	for {
-		length := 0
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			if len(line) > 16 && (line[:16] == "Content-Length: " || line[:16] == "content-length: ") {
-				length, _ = strconv.Atoi(line[16 : len(line)-2])
-			}
-			if line == "\r\n" {
-				break
-			}
-		}
-		io.CopyN(io.Discard, br, int64(length))
+	for skipRequest(br) == nil {
 		if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")); err != nil {
 			return
 		}
 	}
+}
+
+// skipRequest reads one request (headers and a Content-Length body) from br.
+func skipRequest(br *bufio.Reader) error {
+	length := 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) > 16 && (line[:16] == "Content-Length: " || line[:16] == "content-length: ") {
+			length, _ = strconv.Atoi(line[16 : len(line)-2])
+		}
+		if line == "\r\n" {
+			break
+		}
+	}
+	_, err := io.CopyN(io.Discard, br, int64(length))
+	return err
 }

@@ -1,11 +1,7 @@
 package router
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -88,20 +84,9 @@ func TestBadInputNeverReachesABackend(t *testing.T) {
 	t.Run("too large", func(t *testing.T) {
 		// Announce a body over limits.max_body_bytes: pdlb must refuse it
 		// from the header, without reading (or waiting for) the body.
-		conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{\"text\":\""))
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := rawRequest(t, l, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{\"text\":\"")
 		var e errorBody
-		if resp.StatusCode != 413 || json.Unmarshal(b, &e) != nil || e.Error.Code != 413 {
+		if resp.StatusCode != 413 || json.Unmarshal([]byte(b), &e) != nil || e.Error.Code != 413 {
 			t.Fatalf("got %d %s", resp.StatusCode, b)
 		}
 	})

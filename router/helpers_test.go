@@ -151,6 +151,12 @@ func jsonAnswer(status int, body string) fasthttp.RequestHandler {
 func post(t *testing.T, url, body string) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	return readAll(t, resp, err)
+}
+
+// readAll reads and closes a client response.
+func readAll(t *testing.T, resp *http.Response, err error) (*http.Response, string) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +166,21 @@ func post(t *testing.T, url, body string) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	return resp, string(b)
+}
+
+// rawRequest writes raw bytes on a fresh connection to pdlb and reads the
+// answer: for requests no well-behaved client would send.
+func rawRequest(t *testing.T, l *lb, raw string) (*http.Response, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte(raw))
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	return readAll(t, resp, err)
 }
 
 type quietLogger struct{}
@@ -224,15 +245,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 func get(t *testing.T, url string) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
+	return readAll(t, resp, err)
 }
 
 func (b *backend) allBodies() [][]byte {

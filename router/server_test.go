@@ -1,12 +1,10 @@
 package router
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -20,20 +18,9 @@ func TestHeaderTooLargeIs431(t *testing.T) {
 	p := newBackend(t, jsonAnswer(200, `{}`))
 	d := newBackend(t, jsonAnswer(200, `{}`))
 	l := startLB(t, []*backend{p}, []*backend{d}, func(c *config.Config) { c.Server.MaxHeaderBytes = 4096 })
-	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8192) + "\r\nContent-Length: 2\r\n\r\n{}"))
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := rawRequest(t, l, "POST /generate HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 8192)+"\r\nContent-Length: 2\r\n\r\n{}")
 	var e errorBody
-	if resp.StatusCode != 431 || json.Unmarshal(b, &e) != nil || e.Error.Code != 431 {
+	if resp.StatusCode != 431 || json.Unmarshal([]byte(b), &e) != nil || e.Error.Code != 431 {
 		t.Fatalf("got %d %s", resp.StatusCode, b)
 	}
 	if p.count()+d.count() != 0 {
