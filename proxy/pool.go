@@ -157,5 +157,17 @@ func (t Ticket) Done(err *UpstreamError) {
 	}
 }
 
+// Release gives the admission back unused (the request was refused before
+// the backend was contacted): the breaker counts nothing.
+func (t Ticket) Release() {
+	if t.b == nil {
+		return
+	}
+	t.b.inflight.Add(-1)
+	if t.done != nil {
+		t.br.record(t.done, errExcluded)
+	}
+}
+
 // Backend returns the admitted backend.
 func (t Ticket) Backend() *Backend { return t.b }

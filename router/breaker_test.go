@@ -131,3 +131,39 @@ func TestMetricsExposeRequestsAndBreakers(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedRequestsDoNotCloseAHalfOpenBreaker: a request refused before
+// any backend was contacted (here: no decode available) must not count as
+// the half-open prefill's successful probe.
+func TestRefusedRequestsDoNotCloseAHalfOpenBreaker(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	p := newBackend(t, func(ctx *fasthttp.RequestCtx) {
+		if failing.Load() {
+			ctx.SetStatusCode(500)
+			return
+		}
+		ctx.SetBodyString(`{}`)
+	})
+	d := newBackend(t, jsonAnswer(200, `{}`))
+	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, 100*time.Millisecond, 1))
+	post(t, l.URL+"/generate", `{"text":"hi"}`)
+	pb := l.pool.Backends(proxy.Prefill)[0]
+	// The prefill leg's outcome may land just after the decode's answer.
+	if !waitFor(time.Second, func() bool { return pb.Breaker().State() == gobreaker.StateOpen }) {
+		t.Fatal("prefill breaker not open")
+	}
+	time.Sleep(150 * time.Millisecond)
+	// No decode is available: the prefill is admitted as the half-open probe,
+	// then the request is refused without contacting it.
+	l.pool.Backends(proxy.Decode)[0].SetHealthy(false)
+	if resp, _ := post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 503 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if st := pb.Breaker().State(); st == gobreaker.StateClosed {
+		t.Fatal("a refused request closed the half-open breaker without a probe")
+	}
+	if n := pb.InFlight(); n != 0 {
+		t.Fatalf("in flight %d after a refusal", n)
+	}
+}

@@ -172,8 +172,8 @@ func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req
 
 	dpSize, status, msg := r.checkRank(ctx, p, req, deadline)
 	if status != 0 {
-		pt.Done(nil)
-		dt.Done(nil)
+		pt.Release()
+		dt.Release()
 		return nil, nil, status, msg
 	}
 	in := injection{host: p.Host, port: p.BootstrapPort, batch: req.batch > 0}
@@ -223,13 +223,6 @@ func rankFor(in *injection, req *pdRequest, dpSize int, key string) *injection {
 	return &leg
 }
 
-func (in *injection) batchExtra() int {
-	if !in.batch {
-		return 0
-	}
-	return len(in.rooms) * (len(in.host) + 32)
-}
-
 // pickPair selects a prefill and a decode whose breakers admit a request.
 // A backend whose breaker refuses at admission (half-open probes used up)
 // is skipped and another one tried.
@@ -240,7 +233,7 @@ func (r *Router) pickPair(ok func(*proxy.Backend) bool) (proxy.Ticket, proxy.Tic
 	}
 	dt, why := r.pickOne(proxy.Decode, ok)
 	if why != "" {
-		pt.Done(nil)
+		pt.Release()
 		return pt, dt, why
 	}
 	return pt, dt, ""
