@@ -43,12 +43,7 @@ func (e *Engine) serveGenerate(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer e.finish(a)
-	if a.fault == faultDie {
-		e.kill(ctx.Conn())
-		return
-	}
-	if !wait(a.timer, e.decodeTime(r), e.stopping(), a.abort) {
-		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: request aborted")
+	if !e.decodeNonStream(ctx, a, r) {
 		return
 	}
 	var b []byte

@@ -55,12 +55,7 @@ func (e *Engine) serveOpenAI(ctx *fasthttp.RequestCtx, path string) {
 		return
 	}
 	defer e.finish(a)
-	if a.fault == faultDie {
-		e.kill(ctx.Conn())
-		return
-	}
-	if !wait(a.timer, e.decodeTime(r), e.stopping(), a.abort) {
-		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: request aborted")
+	if !e.decodeNonStream(ctx, a, r) {
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, e.appendCompletion(nil, r, model, created, chat))

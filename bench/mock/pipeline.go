@@ -158,3 +158,18 @@ func (e *Engine) abortRid(rid string) {
 		close(ch)
 	}
 }
+
+// decodeNonStream plays the decode time of a non-streamed answer, or the
+// injected death; false means the answer is already settled (connection
+// killed, or the request aborted).
+func (e *Engine) decodeNonStream(ctx *fasthttp.RequestCtx, a *admitted, r *Request) bool {
+	if a.fault == faultDie {
+		e.kill(ctx.Conn())
+		return false
+	}
+	if !wait(a.timer, e.decodeTime(r), e.stopping(), a.abort) {
+		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: request aborted")
+		return false
+	}
+	return true
+}
