@@ -117,6 +117,8 @@ func TestApplySwapsBackendsWithoutDroppingInFlight(t *testing.T) {
 	waitFor(time.Second, func() bool { return slow.count() == 1 })
 	next := l.svc.Config()
 	cp := *next
+	// A trailing slash is the same backend: the prefill must not be drained.
+	cp.Prefill = []config.Prefill{{URL: p.URL + "/"}}
 	cp.Decode = []config.Decode{{URL: fresh.URL}}
 	cp.Timeouts.DecodeFirstByte = 2 * time.Second
 	if err := l.svc.Apply(&cp); err != nil {
@@ -130,6 +132,9 @@ func TestApplySwapsBackendsWithoutDroppingInFlight(t *testing.T) {
 	}
 	if got := l.pool.Backends(proxy.Decode); len(got) != 1 || got[0].URL != fresh.URL {
 		t.Fatalf("decode pool after reload: %v", got)
+	}
+	if got := l.pool.Backends(proxy.Prefill); len(got) != 1 || got[0].URL != p.URL || got[0].Draining() {
+		t.Fatalf("prefill pool after reload: %v", got)
 	}
 	if l.router.proxy.Timeouts().DecodeFirstByte != 2*time.Second {
 		t.Fatal("timeouts not reloaded")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,6 +128,18 @@ func (s *Service) setBreaker(b *proxy.Backend) {
 // removed ones drain, breakers are rebuilt when their settings changed.
 // Listener addresses and the registry mode need a restart.
 func (s *Service) Apply(cfg *config.Config) error {
+	removed, err := s.applyLocked(cfg)
+	// Drained outside s.mu: the admin API takes its own lock before building
+	// backends under s.mu, so the two locks are always taken in that order.
+	for _, b := range removed {
+		s.admin.Drain(b)
+		s.log.Info().Str("role", b.Role.String()).Str("url", b.URL).Msg("reload: backend removed, draining")
+	}
+	return err
+}
+
+// applyLocked applies cfg under s.mu and returns the backends to drain.
+func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.cfg
@@ -138,6 +151,7 @@ func (s *Service) Apply(cfg *config.Config) error {
 	breakerChanged := old.Breaker != cfg.Breaker
 	want := map[string]bool{}
 	apply := func(url string, role proxy.Role, port *int) error {
+		url = strings.TrimRight(url, "/") // as proxy.NewBackend keeps it
 		want[url] = true
 		if b := s.Pool.Find(url); b != nil && b.Role == role {
 			if role == proxy.Prefill {
@@ -158,19 +172,19 @@ func (s *Service) Apply(cfg *config.Config) error {
 	}
 	for _, p := range cfg.Prefill {
 		if err := apply(p.URL, proxy.Prefill, p.BootstrapPort); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for _, d := range cfg.Decode {
 		if err := apply(d.URL, proxy.Decode, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	var removed []*proxy.Backend
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
 			if !want[b.URL] {
-				s.admin.Drain(b)
-				s.log.Info().Str("role", role.String()).Str("url", b.URL).Msg("reload: backend removed, draining")
+				removed = append(removed, b)
 			}
 		}
 	}
@@ -185,7 +199,7 @@ func (s *Service) Apply(cfg *config.Config) error {
 		}
 	}
 	s.log.Info().Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("configuration reloaded")
-	return nil
+	return removed, nil
 }
 
 func (s *Service) setBootstrap(b *proxy.Backend, port *int) {
@@ -273,7 +287,10 @@ func (s *Service) Addr() string { return s.ln.Addr().String() }
 // requests and streams finish until ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.Router.SetDraining(true)
-	s.health.Stop()
+	s.mu.Lock()
+	health := s.health
+	s.mu.Unlock()
+	health.Stop()
 	if s.server == nil {
 		return nil
 	}
