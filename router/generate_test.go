@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,15 @@ func TestGenerateRelaysDecodeAnswerAndInjects(t *testing.T) {
 	}
 	if _, ok := m["bootstrap_room"].(json.Number); !ok {
 		t.Errorf("bootstrap_room missing: %s", db)
+	}
+	// The client's own request ID reaches both legs and comes back.
+	req, _ := http.NewRequest("POST", l.URL+"/generate", strings.NewReader(`{"text":"hi"}`))
+	req.Header.Set("X-Request-ID", "client-42")
+	httpResp, err := http.DefaultClient.Do(req)
+	resp2, _ := readAll(t, httpResp, err)
+	if resp2.Header.Get("X-Request-ID") != "client-42" || d.lastID() != "client-42" ||
+		!waitFor(time.Second, func() bool { return p.lastID() == "client-42" }) {
+		t.Errorf("request ID: echoed %q, decode saw %q, prefill saw %q", resp2.Header.Get("X-Request-ID"), d.lastID(), p.lastID())
 	}
 }
 

@@ -29,6 +29,7 @@ type backend struct {
 	mu     sync.Mutex
 	bodies [][]byte
 	paths  []string
+	ids    []string // X-Request-ID of each request
 	closed chan struct{} // one value per closed connection
 }
 
@@ -44,6 +45,7 @@ func newBackend(t *testing.T, h fasthttp.RequestHandler) *backend {
 			b.mu.Lock()
 			b.bodies = append(b.bodies, append([]byte(nil), ctx.PostBody()...))
 			b.paths = append(b.paths, string(ctx.Path()))
+			b.ids = append(b.ids, string(ctx.Request.Header.Peek("X-Request-ID")))
 			b.mu.Unlock()
 			h(ctx)
 		},
@@ -270,4 +272,13 @@ func (s *syncBuffer) Bytes() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]byte(nil), s.b.Bytes()...)
+}
+
+func (b *backend) lastID() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.ids) == 0 {
+		return ""
+	}
+	return b.ids[len(b.ids)-1]
 }

@@ -290,6 +290,18 @@ func TestSeedRace(t *testing.T) {
 	if rec := lastRoom(t, d.decode); rec.Addr != "127.0.0.1:"+strconv.Itoa(d.bootPort) || rec.DPRank != 1 {
 		t.Fatalf("decode resolved %+v, want prefill dp rank 1 at the registry", rec)
 	}
+	// The registry's progress and traffic show in /metrics.
+	_, metrics := get(t, d.URL+"/metrics")
+	for _, want := range []string{
+		`pdlb_registry_ranks_registered{url="` + d.prefillURL + `",bootstrap="127.0.0.1:` + strconv.Itoa(d.bootPort) + `"} 4`,
+		`pdlb_registry_ranks_expected{url="` + d.prefillURL + `",bootstrap="127.0.0.1:` + strconv.Itoa(d.bootPort) + `"} 4`,
+		`pdlb_bootstrap_requests_total{path="/route",status="503"}`,
+		`pdlb_bootstrap_requests_total{path="/route",status="200"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // TestSeedRankFirstRequest: the very first request of a fresh deployment
