@@ -29,7 +29,7 @@ type backend struct {
 	mu     sync.Mutex
 	bodies [][]byte
 	paths  []string
-	ids    []string // X-Request-ID of each request
+	ids    []string      // X-Request-ID of each request
 	closed chan struct{} // one value per closed connection
 }
 
