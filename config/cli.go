@@ -18,7 +18,7 @@ const ServeUsage = `pdlb serve [flags]
   --host H, --port N         client listener (server.host, server.port)
   --log-level L              trace, debug, info, warn, error
   --log-format F             json, console
-  --bootstrap-mode M         embedded, external
+  --bootstrap-mode M         embedded, external or off
   --advertise-host H         host engines reach the embedded registry on
   --set key=value            any other key, e.g. --set limits.max_body_bytes=1048576
   --pprof ADDR               serve net/http/pprof on ADDR
