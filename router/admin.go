@@ -46,6 +46,10 @@ type Admin struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+
+	// OnDrained, when set before serving, is told when a drained backend's
+	// last request is done (the Service then retires its registry namespace).
+	OnDrained func(*proxy.Backend)
 }
 
 // NewAdmin builds the admin API; apiKey "" leaves it open (bind it to
@@ -235,6 +239,9 @@ func (a *Admin) finishDrain(b *proxy.Backend) {
 	a.mu.Lock()
 	delete(a.draining, b)
 	a.mu.Unlock()
+	if a.OnDrained != nil {
+		a.OnDrained(b)
+	}
 	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Msg("worker drained")
 }
 

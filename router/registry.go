@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
@@ -84,6 +85,34 @@ func (w *registryWiring) attach(b *proxy.Backend) error {
 		return w.listen(port, srv)
 	}
 	return nil
+}
+
+// detach retires a removed prefill's registry namespace (and, in embedded
+// mode, its listener) unless another prefill in the pool still uses it.
+func (w *registryWiring) detach(b *proxy.Backend, pool *proxy.Pool) {
+	if b.Role != proxy.Prefill || w.dir == nil {
+		return
+	}
+	for _, other := range pool.Backends(proxy.Prefill) {
+		if other.BootstrapAddr == b.BootstrapAddr {
+			return
+		}
+	}
+	if w.poller != nil {
+		w.poller.Remove(b.BootstrapAddr)
+		return
+	}
+	port := bootstrapPort(b)
+	w.mu.Lock()
+	srv := w.servers[port]
+	delete(w.servers, port)
+	w.mu.Unlock()
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		srv.Shutdown(ctx)
+		cancel()
+	}
+	w.registry.RemoveNamespace(port)
 }
 
 func bootstrapPort(b *proxy.Backend) int {

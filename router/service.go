@@ -78,6 +78,7 @@ func NewService(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	})
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
+	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
 	if cfg.Metrics.Enabled {
 		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
 	}
