@@ -21,8 +21,6 @@ type Breaker struct {
 	state    atomic.Int32
 	openedAt atomic.Int64
 	lastErr  atomic.Pointer[string]
-	// OnChange, when set, is told about every transition (metrics).
-	onChange func(from, to gobreaker.State)
 }
 
 // errExcluded marks an outcome the breaker must not count (pdlb cancelled the leg).

@@ -62,9 +62,7 @@ type Answer struct {
 	Body        []byte
 	// Stream is set for streaming answers; relay it with Stream.Relay.
 	Stream *Stream
-	// PrefillStatus is the prefill's status when it was known at commit (0 otherwise).
-	PrefillStatus int
-	a             *attempt
+	a      *attempt
 }
 
 // Release hands a non-streaming answer's buffers back.
@@ -100,7 +98,6 @@ type attempt struct {
 	refs     atomic.Int32
 	pdone    chan *UpstreamError // capacity 1: the prefill goroutine's outcome
 	pFirst   []byte              // prefill's first SSE event payload (stream + merge)
-	pStatus  atomic.Int32
 	deadline time.Time
 	t        config.Timeouts
 	ans      Answer
@@ -126,7 +123,6 @@ func (a *attempt) unref() {
 	}
 	a.x = Exchange{}
 	a.state.Store(pending)
-	a.pStatus.Store(0)
 	a.pFirst = a.pFirst[:0]
 	a.merged = a.merged[:0]
 	a.ans = Answer{}
@@ -188,7 +184,6 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 	defer a.unref()
 	err := l.start(a.x.Path, a.x.PrefillBody, a.x.RequestID, firstByte)
 	if err == nil {
-		a.pStatus.Store(int32(l.status()))
 		if !l.ok() {
 			err = l.statusError(a.deadline)
 		}
@@ -305,7 +300,7 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 		}
 	}
 	s.ticket = x.Decode
-	a.ans = Answer{Status: 200, ContentType: eventStreamType, Stream: s, PrefillStatus: int(a.pStatus.Load()), a: a}
+	a.ans = Answer{Status: 200, ContentType: eventStreamType, Stream: s, a: a}
 	return &a.ans, nil
 }
 
@@ -318,7 +313,6 @@ func (a *attempt) nonStreamAnswer() *Answer {
 			a.ans.Body = a.merged
 		}
 	}
-	a.ans.PrefillStatus = int(a.pStatus.Load())
 	return &a.ans
 }
 

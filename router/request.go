@@ -39,9 +39,6 @@ type span struct{ start, end int }
 // often than that is refused.
 const maxDrops = 8
 
-// injectedKeys are replaced by pdlb in every fan-out body.
-var injectedKeys = [...]string{"bootstrap_host", "bootstrap_port", "bootstrap_room"}
-
 var errNotObject = errors.New("request body must be a JSON object")
 
 // parseRequest checks that body is a JSON object and scans its top level.
