@@ -38,11 +38,8 @@ type Backend struct {
 	// Host is the URL's host as engines expect it in bootstrap_host:
 	// lower-cased, IPv6 in brackets ("[::1]").
 	Host string
-	// BootstrapPort is the prefill's KV bootstrap port; nil is sent as JSON null.
-	BootstrapPort *int
-	// BootstrapAddr keys the registry directory ("host:port" as decodes dial it);
-	// empty for decodes and when the registry is not consulted.
-	BootstrapAddr string
+	// bootstrap is replaced whole on reload while requests read it.
+	bootstrap atomic.Pointer[Bootstrap]
 
 	hostHeader string
 	up         *upstream
@@ -101,19 +98,42 @@ func bracketIPv6(host string) string {
 	return host
 }
 
+// Bootstrap is a prefill's KV rendezvous as pdlb injects and tracks it.
+type Bootstrap struct {
+	// Port is the prefill's KV bootstrap port; nil is sent as JSON null.
+	Port *int
+	// Addr keys the registry directory ("host:port" as decodes dial it);
+	// empty for decodes.
+	Addr string
+	// Listen is the port the registry namespace is served on (Port, or
+	// the default when Port is nil).
+	Listen int
+}
+
+// Bootstrap returns the prefill's rendezvous (zero for a decode).
+func (b *Backend) Bootstrap() Bootstrap {
+	if p := b.bootstrap.Load(); p != nil {
+		return *p
+	}
+	return Bootstrap{}
+}
+
 // SetBootstrap records the prefill's bootstrap port and the registry key
-// (advertiseHost empty means the prefill's own host).
-func (b *Backend) SetBootstrap(port *int, advertiseHost string, defaultPort int) {
-	b.BootstrapPort = port
+// (advertiseHost empty means the prefill's own host). It reports whether
+// they changed.
+func (b *Backend) SetBootstrap(port *int, advertiseHost string, defaultPort int) bool {
 	host := b.Host
 	if advertiseHost != "" {
 		host = bracketIPv6(advertiseHost)
 	}
-	p := defaultPort
+	listen := defaultPort
 	if port != nil {
-		p = *port
+		listen = *port
 	}
-	b.BootstrapAddr = host + ":" + strconv.Itoa(p)
+	next := &Bootstrap{Port: port, Addr: host + ":" + strconv.Itoa(listen), Listen: listen}
+	old := b.bootstrap.Swap(next)
+	return old == nil || old.Addr != next.Addr || (old.Port == nil) != (next.Port == nil) ||
+		(old.Port != nil && *old.Port != *next.Port)
 }
 
 // InFlight is the number of requests currently using the backend.

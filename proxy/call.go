@@ -36,6 +36,8 @@ func (b *Backend) Call(method, path string, body []byte, timeout time.Duration) 
 	}, nil
 }
 
+var contentTypeJSON = []byte("application/json")
+
 func callKind(err error) Kind {
 	if err == fasthttp.ErrTimeout {
 		return KindTimeout

@@ -98,7 +98,11 @@ func (p *Pool) Available(b *Backend) bool {
 	if !b.admits(p.now()) {
 		return false
 	}
-	return b.Role != Prefill || p.ready == nil || b.BootstrapAddr == "" || p.ready.Ready(b.BootstrapAddr)
+	if b.Role != Prefill || p.ready == nil {
+		return true
+	}
+	addr := b.Bootstrap().Addr
+	return addr == "" || p.ready.Ready(addr)
 }
 
 // AvailableIgnoringRegistry is Available without the registry condition: a
@@ -108,7 +112,11 @@ func (p *Pool) AvailableIgnoringRegistry(b *Backend) bool { return b.admits(p.no
 // RegistryReady reports whether b's registry namespace is ready (true for
 // decodes and when no registry is consulted).
 func (p *Pool) RegistryReady(b *Backend) bool {
-	return b.Role != Prefill || p.ready == nil || b.BootstrapAddr == "" || p.ready.Ready(b.BootstrapAddr)
+	if b.Role != Prefill || p.ready == nil {
+		return true
+	}
+	addr := b.Bootstrap().Addr
+	return addr == "" || p.ready.Ready(addr)
 }
 
 // Ticket is an admission to use a backend for one request; Done reports

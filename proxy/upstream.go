@@ -34,24 +34,9 @@ type upConn struct {
 
 // upstreamReadBuf holds a response head (engines send a few hundred bytes)
 // and batches body reads; it lives as long as the connection, so it is
-// small: 5,000 concurrent streams hold 5,000 of them. Request writes borrow
-// a pooled writer instead of keeping one per connection.
+// small: 5,000 concurrent streams hold 5,000 of them. Requests are written
+// without a buffer (leg.writeRequest).
 const upstreamReadBuf = 4 << 10
-
-var requestWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
-
-// writeRequest writes req through a pooled buffer and flushes it.
-func (c *upConn) writeRequest(req interface{ Write(*bufio.Writer) error }) error {
-	bw := requestWriters.Get().(*bufio.Writer)
-	bw.Reset(c.Conn)
-	err := req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	bw.Reset(nil)
-	requestWriters.Put(bw)
-	return err
-}
 
 func newUpstream(addr string, dialTimeout time.Duration) *upstream {
 	return &upstream{addr: addr, dialTimeout: dialTimeout, maxIdleAge: 4 * time.Second, maxIdle: 1024, now: time.Now}

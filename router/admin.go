@@ -275,8 +275,10 @@ func (a *Admin) worker(b *proxy.Backend) Worker {
 		Selected:      b.Selected(),
 		Draining:      b.Draining(),
 		RegistryReady: a.pool.RegistryReady(b),
-		BootstrapPort: b.BootstrapPort,
-		BootstrapAddr: b.BootstrapAddr,
+	}
+	if b.Role == proxy.Prefill {
+		bs := b.Bootstrap()
+		w.BootstrapPort, w.BootstrapAddr = bs.Port, bs.Addr
 	}
 	if br := b.Breaker(); br != nil {
 		w.Breaker = br.State().String()

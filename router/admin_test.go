@@ -143,7 +143,7 @@ func TestAdminAddAndList(t *testing.T) {
 		t.Fatalf("added decode = %+v", w)
 	}
 
-	if p := s.pool.Backends(proxy.Prefill); len(p) != 1 || p[0].URL != "http://127.0.0.1:30001" || p[0].BootstrapAddr != "127.0.0.1:9001" {
+	if p := s.pool.Backends(proxy.Prefill); len(p) != 1 || p[0].URL != "http://127.0.0.1:30001" || p[0].Bootstrap().Addr != "127.0.0.1:9001" {
 		t.Fatalf("pool prefills = %v", p)
 	}
 	if d := s.pool.Backends(proxy.Decode); len(d) != 1 || d[0].URL != "http://127.0.0.1:30002" {

@@ -69,7 +69,7 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 		req.batch = 0
 	}
 	if !req.stream {
-		r.exchange(ctx, nil, path, body, &req, &lg, start)
+		r.exchange(ctx, path, body, &req, &lg, start)
 		release()
 		return
 	}
@@ -81,18 +81,33 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 	r.streams.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		defer r.streams.Done()
-		defer release()
-		if !r.exchange(ctx, c, path, body, &req, &lg, start) {
+		s := r.exchange(ctx, path, body, &req, &lg, start)
+		if s == nil {
 			writeResponse(c, &ctx.Response, r.cfg().Server.WriteTimeout)
+			c.Close() // the server keeps hijacked connections open (KeepHijackedConns)
+			release()
+			r.streams.Done()
+			return
 		}
+		// The relay runs on its own goroutine so that this handler returns:
+		// fasthttp then recycles the request context and drops its read
+		// buffer, and the relay starts on a small fresh stack rather than
+		// the one the attempt grew. A held stream costs about half as much.
+		conn, lg := rawConn(c), lg
+		go func() {
+			defer r.streams.Done()
+			defer release()
+			r.relay(conn, s, &lg, start)
+			conn.Close()
+		}()
 	})
 }
 
 // exchange runs the attempts of one fan-out request, retrying before the
-// first byte. It reports whether a stream was relayed on conn; otherwise
-// the answer (or the error) is in ctx.Response.
-func (r *Router) exchange(ctx *fasthttp.RequestCtx, conn net.Conn, path string, body []byte, req *pdRequest, lg *pdLog, start time.Time) bool {
+// first byte. It returns the committed stream of a stream request, to be
+// relayed; otherwise (nil) the answer or the error is in ctx.Response and
+// the request is logged.
+func (r *Router) exchange(ctx *fasthttp.RequestCtx, path string, body []byte, req *pdRequest, lg *pdLog, start time.Time) *proxy.Stream {
 	cfg := r.cfg()
 	deadline := start.Add(cfg.Timeout.Request)
 	var exclude []*proxy.Backend
@@ -101,7 +116,7 @@ func (r *Router) exchange(ctx *fasthttp.RequestCtx, conn net.Conn, path string, 
 		lg.attempts = attempt
 		ans, uerr, status, msg := r.attempt(ctx, path, body, req, lg, exclude, deadline)
 		if ans != nil {
-			return r.answer(ctx, conn, ans, lg, start)
+			return r.answer(ctx, ans, lg, start)
 		}
 		if uerr == nil {
 			// Refused before any backend was contacted (no pair, bad rank).
@@ -115,14 +130,14 @@ func (r *Router) exchange(ctx *fasthttp.RequestCtx, conn net.Conn, path string, 
 				}
 				lg.status, lg.err = status, errors.New(msg)
 				r.logPD(lg, start)
-				return false
+				return nil
 			}
 		}
 		lastErr = uerr
 		if errors.Is(uerr.Err, proxy.ErrClientGone) {
 			lg.status, lg.err = 499, uerr
 			r.logPD(lg, start)
-			return false
+			return nil
 		}
 		if attempt >= cfg.Retry.MaxAttempts || !uerr.Retryable() || !r.now().Before(deadline) {
 			break
@@ -145,7 +160,7 @@ func (r *Router) exchange(ctx *fasthttp.RequestCtx, conn net.Conn, path string, 
 	}
 	lg.status, lg.err = status, lastErr
 	r.logPD(lg, start)
-	return false
+	return nil
 }
 
 // attempt selects a pair, injects and runs one fan-out. It returns either an
@@ -176,7 +191,7 @@ func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req
 		dt.Release()
 		return nil, nil, status, msg
 	}
-	in := injection{host: p.Host, port: p.BootstrapPort, batch: req.batch > 0}
+	in := injection{host: p.Host, port: p.Bootstrap().Port, batch: req.batch > 0}
 	if cfg.AdvertiseHost != "" {
 		in.host = cfg.AdvertiseHost
 	}
@@ -270,36 +285,32 @@ func contains(list []*proxy.Backend, b *proxy.Backend) bool {
 	return false
 }
 
-// answer writes a committed answer: the decode's non-streamed response into
-// ctx (it reports false), or the relay of a stream on the hijacked conn
-// (true).
-func (r *Router) answer(ctx *fasthttp.RequestCtx, conn net.Conn, ans *proxy.Answer, lg *pdLog, start time.Time) bool {
+// answer writes a committed non-streamed answer into ctx (and returns nil),
+// or returns a committed stream for the caller to relay.
+func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, start time.Time) *proxy.Stream {
 	lg.status = ans.Status
 	r.metrics.TTFT(lg.path, r.now().Sub(start))
-	if ans.Stream == nil {
-		ctx.SetStatusCode(ans.Status)
-		ctx.SetContentTypeBytes(ans.ContentType)
-		ctx.SetBody(ans.Body)
-		lg.bytes = len(ans.Body)
-		ans.Release()
-		r.logPD(lg, start)
-		return false
+	if ans.Stream != nil {
+		return ans.Stream
 	}
+	ctx.SetStatusCode(ans.Status)
+	ctx.SetContentTypeBytes(ans.ContentType)
+	ctx.SetBody(ans.Body)
+	lg.bytes = len(ans.Body)
+	ans.Release()
+	r.logPD(lg, start)
+	return nil
+}
+
+// relay writes a committed stream to the client's raw connection: the
+// response head goes out with the first event, then one chunk per event.
+func (r *Router) relay(conn net.Conn, s *proxy.Stream, lg *pdLog, start time.Time) {
 	writeTimeout := r.cfg().Server.WriteTimeout
-	w := acquireChunkWriter(conn)
+	w := acquireChunkWriter(conn, streamHead(lg.requestID))
 	defer releaseChunkWriter(w)
-	if writeTimeout > 0 {
-		conn.SetWriteDeadline(r.now().Add(writeTimeout))
-	}
-	var res proxy.RelayResult
-	if _, err := w.bw.Write(streamHead(lg.requestID)); err != nil {
-		ans.Stream.Close()
-		res.Err = proxy.ErrClientGone
-	} else {
-		res = ans.Stream.Relay(w, conn, writeTimeout)
-		if !errors.Is(res.Err, proxy.ErrClientGone) {
-			w.close()
-		}
+	res := s.Relay(w, conn, writeTimeout)
+	if !errors.Is(res.Err, proxy.ErrClientGone) {
+		w.close()
 	}
 	lg.bytes, lg.events = res.Bytes, res.Events
 	if res.Err != nil {
@@ -309,7 +320,6 @@ func (r *Router) answer(ctx *fasthttp.RequestCtx, conn net.Conn, ans *proxy.Answ
 		}
 	}
 	r.logPD(lg, start)
-	return true
 }
 
 // logPD finishes a fan-out request: its one log line and its metrics.
@@ -341,9 +351,11 @@ func (r *Router) logPD(lg *pdLog, start time.Time) {
 	ev.Msg("request")
 }
 
-// requestID takes the client's X-Request-ID or makes one.
+// requestID takes the client's X-Request-ID or makes one. The client's is
+// kept only when it is up to 128 visible ASCII characters: it is copied
+// verbatim into both engine requests' heads.
 func requestID(ctx *fasthttp.RequestCtx) string {
-	if id := ctx.Request.Header.Peek(proxy.HeaderRequestID); len(id) > 0 && len(id) <= 128 {
+	if id := ctx.Request.Header.Peek(proxy.HeaderRequestID); len(id) > 0 && len(id) <= 128 && visibleASCII(id) {
 		return string(id)
 	}
 	var raw [8]byte
@@ -352,6 +364,15 @@ func requestID(ctx *fasthttp.RequestCtx) string {
 		raw[i] = byte(v >> (8 * i))
 	}
 	return "req-" + hex.EncodeToString(raw[:])
+}
+
+func visibleASCII(b []byte) bool {
+	for _, c := range b {
+		if c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // backoff is exponential with full jitter in [d/2, d].

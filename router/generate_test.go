@@ -52,6 +52,15 @@ func TestGenerateRelaysDecodeAnswerAndInjects(t *testing.T) {
 		!waitFor(time.Second, func() bool { return p.lastID() == "client-42" }) {
 		t.Errorf("request ID: echoed %q, decode saw %q, prefill saw %q", resp2.Header.Get("X-Request-ID"), d.lastID(), p.lastID())
 	}
+	// One that is not plain visible ASCII is replaced: it is copied verbatim
+	// into the engines' request heads.
+	req, _ = http.NewRequest("POST", l.URL+"/generate", strings.NewReader(`{"text":"hi"}`))
+	req.Header.Set("X-Request-ID", "two words\tü")
+	httpResp, err = http.DefaultClient.Do(req)
+	resp3, _ := readAll(t, httpResp, err)
+	if id := resp3.Header.Get("X-Request-ID"); !strings.HasPrefix(id, "req-") || d.lastID() != id {
+		t.Errorf("request ID not replaced: echoed %q, decode saw %q", id, d.lastID())
+	}
 }
 
 func TestBadInputNeverReachesABackend(t *testing.T) {

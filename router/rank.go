@@ -25,10 +25,11 @@ type InfoSource interface {
 // info; when none is cached yet, the slow path waits for it (bounded), so
 // the very first request of a fresh deployment succeeds.
 func (r *Router) checkRank(ctx *fasthttp.RequestCtx, p *proxy.Backend, req *pdRequest, deadline time.Time) (int, int, string) {
-	if req.rankField == "" || r.info == nil || p.BootstrapAddr == "" {
+	addr := p.Bootstrap().Addr
+	if req.rankField == "" || r.info == nil || addr == "" {
 		return 0, 0, ""
 	}
-	info, ok := r.info.Info(p.BootstrapAddr)
+	info, ok := r.info.Info(addr)
 	if !ok {
 		wait := r.cfg().InfoWait
 		if wait <= 0 {
@@ -36,7 +37,7 @@ func (r *Router) checkRank(ctx *fasthttp.RequestCtx, p *proxy.Backend, req *pdRe
 		}
 		c, cancel := context.WithDeadline(context.Background(), earliest(r.now().Add(wait), deadline))
 		var err error
-		info, err = r.info.WaitInfo(c, p.BootstrapAddr)
+		info, err = r.info.WaitInfo(c, addr)
 		cancel()
 		if err != nil {
 			return 0, fasthttp.StatusServiceUnavailable, "parallel info of prefill " + p.URL + " not available yet: " + err.Error()

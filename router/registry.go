@@ -69,11 +69,12 @@ func (w *registryWiring) attach(b *proxy.Backend) error {
 	if b.Role != proxy.Prefill || w.dir == nil {
 		return nil
 	}
+	bs := b.Bootstrap()
 	if w.poller != nil {
-		w.poller.Add(b.BootstrapAddr)
+		w.poller.Add(bs.Addr)
 		return nil
 	}
-	port := bootstrapPort(b)
+	port := bs.Listen
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.servers[port]; ok {
@@ -90,19 +91,26 @@ func (w *registryWiring) attach(b *proxy.Backend) error {
 // detach retires a removed prefill's registry namespace (and, in embedded
 // mode, its listener) unless another prefill in the pool still uses it.
 func (w *registryWiring) detach(b *proxy.Backend, pool *proxy.Pool) {
-	if b.Role != proxy.Prefill || w.dir == nil {
+	if b.Role == proxy.Prefill {
+		w.retire(b.Bootstrap(), pool)
+	}
+}
+
+// retire drops a rendezvous no prefill in the pool uses any more.
+func (w *registryWiring) retire(bs proxy.Bootstrap, pool *proxy.Pool) {
+	if w.dir == nil || bs.Addr == "" {
 		return
 	}
 	for _, other := range pool.Backends(proxy.Prefill) {
-		if other.BootstrapAddr == b.BootstrapAddr {
+		if o := other.Bootstrap(); o.Addr == bs.Addr || (w.poller == nil && o.Listen == bs.Listen) {
 			return
 		}
 	}
 	if w.poller != nil {
-		w.poller.Remove(b.BootstrapAddr)
+		w.poller.Remove(bs.Addr)
 		return
 	}
-	port := bootstrapPort(b)
+	port := bs.Listen
 	w.mu.Lock()
 	srv := w.servers[port]
 	delete(w.servers, port)
@@ -113,13 +121,6 @@ func (w *registryWiring) detach(b *proxy.Backend, pool *proxy.Pool) {
 		cancel()
 	}
 	w.registry.RemoveNamespace(port)
-}
-
-func bootstrapPort(b *proxy.Backend) int {
-	if b.BootstrapPort != nil {
-		return *b.BootstrapPort
-	}
-	return config.DefaultBootstrapPort
 }
 
 func (w *registryWiring) listen(port int, srv *bootstrap.Server) error {
@@ -164,8 +165,9 @@ func (w *registryWiring) shutdown(ctx context.Context) {
 func (w *registryWiring) writeMetrics(pool *proxy.Pool) func(io.Writer) {
 	return func(out io.Writer) {
 		for _, b := range pool.Backends(proxy.Prefill) {
-			reg, exp := w.dir.Status(b.BootstrapAddr)
-			labels := `{url=` + strconv.Quote(b.URL) + `,bootstrap=` + strconv.Quote(b.BootstrapAddr) + `}`
+			addr := b.Bootstrap().Addr
+			reg, exp := w.dir.Status(addr)
+			labels := `{url=` + strconv.Quote(b.URL) + `,bootstrap=` + strconv.Quote(addr) + `}`
 			metrics.WriteGaugeUint64(out, "pdlb_registry_ranks_registered"+labels, uint64(max(reg, 0)))
 			metrics.WriteGaugeUint64(out, "pdlb_registry_ranks_expected"+labels, uint64(max(exp, 0)))
 		}

@@ -45,3 +45,48 @@ func TestDrainedPrefillRetiresItsRegistryListener(t *testing.T) {
 		t.Fatal("the drained prefill's registry still listens")
 	}
 }
+
+// TestReloadMovesARegistryListener: a reload that changes a prefill's
+// bootstrap_port serves the new port's namespace and retires the old one.
+func TestReloadMovesARegistryListener(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(200, `{}`))
+	oldPort, newPort := freePort(t), freePort(t)
+	l := startLB(t, nil, []*backend{d}, func(c *config.Config) {
+		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
+		c.Prefill = []config.Prefill{{URL: p.URL, BootstrapPort: &oldPort}}
+	})
+	listening := func(port int) bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	if !listening(oldPort) {
+		t.Fatalf("registry not listening on %d", oldPort)
+	}
+	cp := *l.svc.Config()
+	cp.Prefill = []config.Prefill{{URL: p.URL, BootstrapPort: &newPort}}
+	if err := l.svc.Apply(&cp); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(3*time.Second, func() bool { return listening(newPort) && !listening(oldPort) }) {
+		t.Fatalf("after the reload: new port %d listening %v, old port %d listening %v",
+			newPort, listening(newPort), oldPort, listening(oldPort))
+	}
+	b := l.pool.Backends(proxy.Prefill)[0]
+	if bs := b.Bootstrap(); bs.Port == nil || *bs.Port != newPort || bs.Addr != "127.0.0.1:"+strconv.Itoa(newPort) {
+		t.Fatalf("prefill rendezvous after reload = %+v", bs)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

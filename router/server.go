@@ -12,12 +12,14 @@ import (
 func (r *Router) NewServer() *fasthttp.Server {
 	cfg := r.cfg()
 	return &fasthttp.Server{
-		Handler:            r.Handler,
-		Name:               "pdlb",
-		ReadTimeout:        cfg.Server.ReadTimeout,
-		WriteTimeout:       cfg.Server.WriteTimeout,
-		IdleTimeout:        cfg.Server.IdleTimeout,
-		ReadBufferSize:     cfg.Server.MaxHeaderBytes,
+		Handler:        r.Handler,
+		Name:           "pdlb",
+		ReadTimeout:    cfg.Server.ReadTimeout,
+		WriteTimeout:   cfg.Server.WriteTimeout,
+		IdleTimeout:    cfg.Server.IdleTimeout,
+		ReadBufferSize: cfg.Server.MaxHeaderBytes,
+		// Stream relays outlive their hijack handler (see servePD).
+		KeepHijackedConns:  true,
 		MaxRequestBodySize: cfg.Limits.MaxBodyBytes,
 		ErrorHandler:       r.serverError,
 		Logger:             fasthttpLogger{r},

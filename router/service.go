@@ -129,9 +129,12 @@ func (s *Service) setBreaker(b *proxy.Backend) {
 // removed ones drain, breakers are rebuilt when their settings changed.
 // Listener addresses and the registry mode need a restart.
 func (s *Service) Apply(cfg *config.Config) error {
-	removed, err := s.applyLocked(cfg)
+	removed, moved, err := s.applyLocked(cfg)
 	// Drained outside s.mu: the admin API takes its own lock before building
 	// backends under s.mu, so the two locks are always taken in that order.
+	for _, bs := range moved {
+		s.reg.retire(bs, s.Pool)
+	}
 	for _, b := range removed {
 		s.admin.Drain(b)
 		s.log.Info().Str("role", b.Role.String()).Str("url", b.URL).Msg("reload: backend removed, draining")
@@ -139,8 +142,9 @@ func (s *Service) Apply(cfg *config.Config) error {
 	return err
 }
 
-// applyLocked applies cfg under s.mu and returns the backends to drain.
-func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, error) {
+// applyLocked applies cfg under s.mu and returns the backends to drain and
+// the rendezvous that prefills moved away from (a changed bootstrap_port).
+func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Bootstrap, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.cfg
@@ -151,12 +155,19 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, error) {
 	s.cfg = cfg
 	breakerChanged := old.Breaker != cfg.Breaker
 	want := map[string]bool{}
+	var moved []proxy.Bootstrap
 	apply := func(url string, role proxy.Role, port *int) error {
 		url = strings.TrimRight(url, "/") // as proxy.NewBackend keeps it
 		want[url] = true
 		if b := s.Pool.Find(url); b != nil && b.Role == role {
 			if role == proxy.Prefill {
-				s.setBootstrap(b, port)
+				old := b.Bootstrap()
+				if s.setBootstrap(b, port) {
+					moved = append(moved, old)
+					if err := s.reg.attach(b); err != nil {
+						return err
+					}
+				}
 			}
 			if breakerChanged {
 				s.setBreaker(b)
@@ -173,12 +184,12 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, error) {
 	}
 	for _, p := range cfg.Prefill {
 		if err := apply(p.URL, proxy.Prefill, p.BootstrapPort); err != nil {
-			return nil, err
+			return nil, moved, err
 		}
 	}
 	for _, d := range cfg.Decode {
 		if err := apply(d.URL, proxy.Decode, nil); err != nil {
-			return nil, err
+			return nil, moved, err
 		}
 	}
 	var removed []*proxy.Backend
@@ -200,15 +211,16 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, error) {
 		}
 	}
 	s.log.Info().Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("configuration reloaded")
-	return removed, nil
+	return removed, moved, nil
 }
 
-func (s *Service) setBootstrap(b *proxy.Backend, port *int) {
+// setBootstrap sets b's rendezvous and reports whether it changed.
+func (s *Service) setBootstrap(b *proxy.Backend, port *int) bool {
 	advertise := ""
 	if s.cfg.Bootstrap.Mode == "embedded" {
 		advertise = s.cfg.Bootstrap.AdvertiseHost
 	}
-	b.SetBootstrap(port, advertise, config.DefaultBootstrapPort)
+	return b.SetBootstrap(port, advertise, config.DefaultBootstrapPort)
 }
 
 // Start listens on server.host:server.port and serves in the background.

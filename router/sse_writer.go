@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bufio"
 	"net"
 	"strconv"
 	"sync"
@@ -15,47 +14,70 @@ import (
 // through a pipe to a second goroutine, doubling the goroutine switches per
 // event, and keeps the fasthttp worker (with its deep stack) for the whole
 // stream. pdlb writes the response head and the chunked body itself, one
-// chunk and one flush per event, and closes the connection at the end of
-// the stream (the head says "Connection: close").
+// chunk per event, and closes the connection at the end of the stream (the
+// head says "Connection: close").
 
-// chunkWriter frames each Write as one HTTP/1.1 chunk.
+// chunkWriter frames each Write as one HTTP/1.1 chunk and sends it with one
+// vectored write (writev): the event is not copied into a write buffer, and
+// 5,000 held streams hold no write buffers at all.
 type chunkWriter struct {
-	bw  *bufio.Writer
-	hex []byte
+	conn net.Conn
+	// head is the response head, sent together with the first chunk.
+	head []byte
+	hex  [18]byte
+	vec  [4][]byte
+	bufs net.Buffers
 }
+
+var crlf = []byte("\r\n")
 
 func (c *chunkWriter) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.hex = strconv.AppendInt(c.hex[:0], int64(len(p)), 16)
-	c.hex = append(c.hex, '\r', '\n')
-	c.bw.Write(c.hex)
-	c.bw.Write(p)
-	_, err := c.bw.WriteString("\r\n")
+	size := strconv.AppendInt(c.hex[:0], int64(len(p)), 16)
+	size = append(size, crlf...)
+	c.send(c.head, size, p, crlf)
+	_, err := c.bufs.WriteTo(c.conn)
+	c.head = nil
 	return len(p), err
 }
 
-func (c *chunkWriter) Flush() error { return c.bw.Flush() }
-
-// close ends the chunked body.
-func (c *chunkWriter) close() error {
-	c.bw.WriteString("0\r\n\r\n")
-	return c.bw.Flush()
+// send queues up to four pieces for one writev, skipping empty ones.
+func (c *chunkWriter) send(pieces ...[]byte) {
+	c.bufs = c.vec[:0]
+	for _, p := range pieces {
+		if len(p) > 0 {
+			c.bufs = append(c.bufs, p)
+		}
+	}
 }
 
-// Events larger than the buffer bypass it (bufio writes them straight
-// through), so it can stay small: 5,000 streams hold 5,000 of them.
-var streamWriters = sync.Pool{New: func() any { return &chunkWriter{bw: bufio.NewWriterSize(nil, 2<<10), hex: make([]byte, 0, 18)} }}
+// Flush is a no-op: every Write has already reached the socket.
+func (c *chunkWriter) Flush() error { return nil }
 
-func acquireChunkWriter(c net.Conn) *chunkWriter {
+// close ends the chunked body (sending the head first if no chunk went out).
+func (c *chunkWriter) close() error {
+	c.send(c.head, lastChunk)
+	c.head = nil
+	_, err := c.bufs.WriteTo(c.conn)
+	return err
+}
+
+var lastChunk = []byte("0\r\n\r\n")
+
+var streamWriters = sync.Pool{New: func() any { return new(chunkWriter) }}
+
+func acquireChunkWriter(c net.Conn, head []byte) *chunkWriter {
 	w := streamWriters.Get().(*chunkWriter)
-	w.bw.Reset(c)
+	w.conn, w.head = c, head
 	return w
 }
 
 func releaseChunkWriter(w *chunkWriter) {
-	w.bw.Reset(nil)
+	w.conn, w.head = nil, nil
+	w.vec = [4][]byte{}
+	w.bufs = nil
 	streamWriters.Put(w)
 }
 
@@ -78,8 +100,15 @@ func writeResponse(c net.Conn, resp *fasthttp.Response, timeout time.Duration) {
 		c.SetWriteDeadline(time.Now().Add(timeout))
 	}
 	resp.SetConnectionClose()
-	w := acquireChunkWriter(c)
-	resp.Write(w.bw)
-	w.bw.Flush()
-	releaseChunkWriter(w)
+	resp.WriteTo(c)
+}
+
+// rawConn unwraps fasthttp's hijacked connection, so that a relay that
+// outlives the hijack handler holds the socket alone and not fasthttp's
+// read buffer (server.max_header_bytes) besides.
+func rawConn(c net.Conn) net.Conn {
+	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+		return u.UnsafeConn()
+	}
+	return c
 }
