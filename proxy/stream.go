@@ -127,13 +127,21 @@ func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duratio
 }
 
 // writeEvent writes one event and its boundary in a single Write, so a
-// chunked client writer sends each event as one chunk.
+// chunked client writer sends each event as one chunk. A writer that can
+// send the event and the boundary together without copying them into one
+// buffer (EventSender) gets the engine's bytes as they are.
 func (s *Stream) writeEvent(w EventWriter, ev []byte, done bool) (int, error) {
 	d, ok := eventData(ev)
-	if s.merge && !done && ok {
+	merged := s.merge && !done && ok
+	if merged {
 		s.scratch = append(s.scratch[:0], "data: "...)
 		s.scratch = appendMergedObject(s.scratch, d, logprobPath, b2s(s.prefix))
-	} else {
+		ev = s.scratch
+	}
+	if es, ok := w.(EventSender); ok {
+		return es.SendEvent(ev)
+	}
+	if !merged {
 		s.scratch = append(s.scratch[:0], ev...)
 	}
 	s.scratch = append(s.scratch, eventBoundary...)
@@ -145,6 +153,12 @@ func (s *Stream) writeEvent(w EventWriter, ev []byte, done bool) (int, error) {
 type EventWriter interface {
 	Write(p []byte) (int, error)
 	Flush() error
+}
+
+// EventSender is an EventWriter that writes an event followed by the blank
+// line that ends it ("\n\n") as one unit, without copying the event.
+type EventSender interface {
+	SendEvent(ev []byte) (int, error)
 }
 
 // Close releases a stream that will not be relayed.

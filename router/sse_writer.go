@@ -25,7 +25,7 @@ type chunkWriter struct {
 	// head is the response head, sent together with the first chunk.
 	head []byte
 	hex  [18]byte
-	vec  [4][]byte
+	vec  [5][]byte
 	bufs net.Buffers
 }
 
@@ -43,7 +43,21 @@ func (c *chunkWriter) Write(p []byte) (int, error) {
 	return len(p), err
 }
 
-// send queues up to four pieces for one writev, skipping empty ones.
+// SendEvent frames an SSE event and its terminating blank line as one
+// chunk, sending the event's bytes from where they are (proxy.EventSender).
+func (c *chunkWriter) SendEvent(ev []byte) (int, error) {
+	size := strconv.AppendInt(c.hex[:0], int64(len(ev)+2), 16)
+	size = append(size, crlf...)
+	c.send(c.head, size, ev, eventEnd)
+	_, err := c.bufs.WriteTo(c.conn)
+	c.head = nil
+	return len(ev) + 2, err
+}
+
+// eventEnd is the blank line that ends an SSE event, then the chunk's CRLF.
+var eventEnd = []byte("\n\n\r\n")
+
+// send queues up to five pieces for one writev, skipping empty ones.
 func (c *chunkWriter) send(pieces ...[]byte) {
 	c.bufs = c.vec[:0]
 	for _, p := range pieces {
@@ -76,7 +90,7 @@ func acquireChunkWriter(c net.Conn, head []byte) *chunkWriter {
 
 func releaseChunkWriter(w *chunkWriter) {
 	w.conn, w.head = nil, nil
-	w.vec = [4][]byte{}
+	w.vec = [5][]byte{}
 	w.bufs = nil
 	streamWriters.Put(w)
 }
