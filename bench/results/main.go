@@ -71,7 +71,7 @@ func write(dir, outPath, chartPath string) error {
 	m := a.Machine
 	fmt.Fprintf(&w, "# pdlb performance results\n\nWritten by `bench/run.sh` on %s. Machine: %d CPUs, %s, %s %s/%s.\n",
 		a.Started.UTC().Format(time.DateOnly), m.NumCPU, m.CPUModel, m.Go, m.OS, m.Arch)
-	fmt.Fprintf(&w, "Every figure is the median of %d interleaved rounds (A B C A B C …) measured side by side in one run.\n", a.Config.Rounds)
+	fmt.Fprintf(&w, "Every figure is the median of %d interleaved, rotated rounds (A B C, B C A, C A B …) measured side by side in one run.\n", a.Config.Rounds)
 	fmt.Fprintf(&w, "Targets: pdlb (the product: JSON logs, metrics, breakers, health checks on), the *floor* (a bare fasthttp\n")
 	fmt.Fprintf(&w, "fan-out proxy that splices three fields into the body, `bench/floor`), and the decode mock addressed directly.\n\n")
 

@@ -18,7 +18,7 @@ import (
 func benchCmd(args []string) error {
 	fs := flag.NewFlagSet("pdlb bench", flag.ContinueOnError)
 	var o load.Options
-	targets := fs.String("targets", "http://127.0.0.1:8000", "comma-separated base URLs; several run in interleaved rounds A B A B … and are compared side by side")
+	targets := fs.String("targets", "http://127.0.0.1:8000", "comma-separated base URLs; several run in interleaved, rotated rounds (A B C, B C A, …) and are compared side by side")
 	fs.StringVar(&o.Route, "route", load.RouteGenerate, "route: /generate, /v1/chat/completions or /v1/completions")
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "closed loop: requests in flight (open loop: cap on outstanding requests)")
 	fs.Float64Var(&o.Rate, "rate", 0, "open loop: Poisson arrivals at this many requests/s (0: closed loop)")
