@@ -17,6 +17,7 @@
 #   PIN=1                       pin with taskset: pdlb on PDLB_CPUS, the rest on LOAD_CPUS (16-core machines)
 #   PDLB_CPUS=0-3 LOAD_CPUS=4-15
 #   RESULTS=bench/RESULTS.md    where to write the report (the 16-core run uses a second file)
+#   NO_BUILD=1                  use the binaries already in $OUT/bin (a machine without Go; no micro-benchmarks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -70,9 +71,9 @@ start() { # start NAME CMD… — background process, logs to $OUT/NAME.log
   eval "${name}_pid=$!"
 }
 
-wait_port() { # wait_port PORT — until something answers /health
+wait_port() { # wait_port PORT — until something accepts connections there
   for _ in $(seq 1 100); do
-    curl -fs "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     sleep 0.1
   done
   echo "nothing answers on port $1" >&2; exit 1
@@ -94,10 +95,16 @@ start pdlb pdlb_serve "$PDLB_PORT" "$PREFILL_PORT" "$DECODE_PORT"
 start floor "${pin_pdlb[@]}" "$BIN/pdlb-floor" -listen "127.0.0.1:$FLOOR_PORT" -prefill "http://127.0.0.1:$PREFILL_PORT" -decode "http://127.0.0.1:$DECODE_PORT"
 wait_port "$PDLB_PORT"
 sleep 0.5
-# pdlb_pid/floor_pid are the wrappers' children when pinned; find the real processes.
-pdlb_real=$(pgrep -f "pdlb serve .*--port $PDLB_PORT" | head -1)
-floor_real=$(pgrep -f "pdlb-floor -listen 127.0.0.1:$FLOOR_PORT" | head -1)
-decode_real=$(pgrep -f "pdlb mock --role decode --port $DECODE_PORT" | head -1)
+# The background PIDs are the processes themselves (pdlb_serve and taskset
+# exec); pgrep, where installed, double-checks by command line.
+real_pid() { # real_pid PATTERN FALLBACK
+  local p=""
+  command -v pgrep >/dev/null && p=$(pgrep -f "$1" | head -1)
+  echo "${p:-$2}"
+}
+pdlb_real=$(real_pid "pdlb serve .*--port $PDLB_PORT" "$pdlb_pid")
+floor_real=$(real_pid "pdlb-floor -listen 127.0.0.1:$FLOOR_PORT" "$floor_pid")
+decode_real=$(real_pid "pdlb mock --role decode --port $DECODE_PORT" "$mock_decode_pid")
 
 targets="http://127.0.0.1:$PDLB_PORT,http://127.0.0.1:$FLOOR_PORT,http://127.0.0.1:$DECODE_PORT"
 target_pids="$pdlb_real,$floor_real,$decode_real"
@@ -140,14 +147,18 @@ wait_port "$SPREFILL_PORT"; wait_port "$SDECODE_PORT"
 start spdlb pdlb_serve "$SPDLB_PORT" "$SPREFILL_PORT" "$SDECODE_PORT"
 wait_port "$SPDLB_PORT"
 sleep 0.5
-spdlb_real=$(pgrep -f "pdlb serve .*--port $SPDLB_PORT" | head -1)
+spdlb_real=$(real_pid "pdlb serve .*--port $SPDLB_PORT" "$spdlb_pid")
 CMD_C="pdlb bench --targets http://127.0.0.1:$SPDLB_PORT --pid-of-target <pid> --stream --concurrency $STREAMS --requests $STREAMS --output-len $tokens --input-len 16 --timeout 120s"
 echo "(c) $STREAMS concurrent streams: $CMD_C"
 bench --targets "http://127.0.0.1:$SPDLB_PORT" --pid-of-target "$spdlb_real" --stream --concurrency "$STREAMS" \
   --requests "$STREAMS" --output-len "$tokens" --input-len 16 --timeout 120s --out "$OUT/c.json" | tee "$OUT/c.txt"
 
 echo "hot-path micro-benchmarks…"
-go test -run '^$' -bench 'ParseInject|SSERelay' -benchmem -count 3 ./router ./proxy 2>&1 | grep -E '^(Benchmark|cpu:)' >"$OUT/gobench.txt" || true
+if command -v go >/dev/null; then
+  go test -run '^$' -bench 'ParseInject|SSERelay' -benchmem -count 3 ./router ./proxy 2>&1 | grep -E '^(Benchmark|cpu:)' >"$OUT/gobench.txt" || true
+else
+  : >"$OUT/gobench.txt" # no Go toolchain here (prebuilt binaries, NO_BUILD=1): no micro-benchmarks
+fi
 
 cat >"$OUT/commands.txt" <<CMDS
 (a) $CMD_A
