@@ -17,6 +17,7 @@
 #   PIN=1                       pin with taskset: pdlb on PDLB_CPUS, the rest on LOAD_CPUS (16-core machines)
 #   PDLB_CPUS=0-3 LOAD_CPUS=4-15
 #   RESULTS=bench/RESULTS.md    where to write the report (the 16-core run uses a second file)
+#   HISTORY=bench/HISTORY.md    hand-kept before/after notes appended to the report (empty: none)
 #   NO_BUILD=1                  use the binaries already in $OUT/bin (a machine without Go; no micro-benchmarks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -170,5 +171,5 @@ mocks: pdlb mock --role prefill|decode --port N --fast (c: decode --token-delay 
 pinning: ${PIN:-0} (pdlb ${PDLB_CPUS:-0-3}, load ${LOAD_CPUS:-4-15})
 micro-benchmarks: go test -run '^\$' -bench 'ParseInject|SSERelay' -benchmem -count 3 ./router ./proxy
 CMDS
-"$BIN/pdlb-results" -dir "$OUT" -o "$RESULTS" -chart "${RESULTS%.md}.svg"
+"$BIN/pdlb-results" -dir "$OUT" -o "$RESULTS" -chart "${RESULTS%.md}.svg" -history "${HISTORY-bench/HISTORY.md}"
 echo "wrote $RESULTS"
