@@ -30,16 +30,25 @@ type errorDetail struct {
 
 // writeError answers with pdlb's JSON error shape.
 func writeError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+	setError(&ctx.Response, status, typ, msg)
+}
+
+// setError puts pdlb's JSON error shape into resp.
+func setError(resp *fasthttp.Response, status int, typ, msg string) {
 	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: typ, Code: status}})
 	// ResetBody, not Reset: headers already set (X-Request-ID) stay.
-	ctx.Response.ResetBody()
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(body)
+	resp.ResetBody()
+	resp.SetStatusCode(status)
+	resp.Header.SetContentType("application/json")
+	resp.SetBody(body)
 }
 
 // writeUnavailable answers 503 with Retry-After: the capacity may come back.
 func writeUnavailable(ctx *fasthttp.RequestCtx, retryAfter int, msg string) {
-	writeError(ctx, fasthttp.StatusServiceUnavailable, errUnavailable, msg)
-	ctx.Response.Header.Set("Retry-After", strconv.Itoa(retryAfter))
+	setUnavailable(&ctx.Response, retryAfter, msg)
+}
+
+func setUnavailable(resp *fasthttp.Response, retryAfter int, msg string) {
+	setError(resp, fasthttp.StatusServiceUnavailable, errUnavailable, msg)
+	resp.Header.Set("Retry-After", strconv.Itoa(retryAfter))
 }

@@ -69,54 +69,72 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 		req.batch = 0
 	}
 	if !req.stream {
-		r.exchange(ctx, path, body, &req, &lg, start)
+		r.exchange(&ctx.Response, ctx.Conn(), path, body, &req, &lg, start)
 		release()
 		return
 	}
-	// A stream is served on the hijacked connection from here on: the wait
-	// for the first event runs on a fresh goroutine with a small stack, the
-	// fasthttp worker goes back to its pool at once, and the relay writes
-	// chunks straight to the socket (see sse_writer.go). A refusal or an
-	// upstream error is still an ordinary HTTP response, written by hand.
+	// A stream is served on the hijacked connection from here on, by a
+	// goroutine of its own that starts with a small stack: the fasthttp
+	// worker goes back to its pool at once, the hijack handler returns at
+	// once too (so fasthttp recycles the request context and drops its
+	// read buffer, KeepHijackedConns), and the relay writes chunks straight
+	// to the socket (see sse_writer.go). The body is copied first: it lives
+	// in the recycled context.
+	own := bytebufferpool.Get()
+	own.B = append(own.B[:0], body...)
 	r.streams.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		s := r.exchange(ctx, path, body, &req, &lg, start)
-		if s == nil {
-			writeResponse(c, &ctx.Response, r.cfg().Server.WriteTimeout)
-			c.Close() // the server keeps hijacked connections open (KeepHijackedConns)
-			release()
-			r.streams.Done()
-			return
-		}
-		// The relay runs on its own goroutine so that this handler returns:
-		// fasthttp then recycles the request context and drops its read
-		// buffer, and the relay starts on a small fresh stack rather than
-		// the one the attempt grew. A held stream costs about half as much.
-		conn, lg := rawConn(c), lg
-		go func() {
-			defer r.streams.Done()
-			defer release()
-			r.relay(conn, s, &lg, start)
-			conn.Close()
-		}()
+		go r.serveStream(rawConn(c), path, own, &req, &lg, start, release)
 	})
+}
+
+// serveStream runs a stream request on its hijacked connection: the
+// attempts, then either the relay or an ordinary HTTP error response.
+func (r *Router) serveStream(conn net.Conn, path string, body *bytebufferpool.ByteBuffer, req *pdRequest, lg *pdLog, start time.Time, release func()) {
+	resp := fasthttp.AcquireResponse()
+	resp.Header.Set(proxy.HeaderRequestID, lg.requestID)
+	s := r.exchange(resp, conn, path, body.B, req, lg, start)
+	bytebufferpool.Put(body) // the attempts are over; each leg sent its own copy
+	if s == nil {
+		writeResponse(conn, resp, r.cfg().Server.WriteTimeout)
+		fasthttp.ReleaseResponse(resp)
+		r.endStream(conn, release)
+		return
+	}
+	fasthttp.ReleaseResponse(resp)
+	// The relay, which holds the connection for the whole stream, starts
+	// on a fresh goroutine: this one's stack grew with the attempts (dial,
+	// request, response parsing) and would be kept, mostly unused, until
+	// the end of the stream.
+	go func() {
+		r.relay(conn, s, lg, start)
+		r.endStream(conn, release)
+	}()
+}
+
+// endStream closes a hijacked stream connection (the server keeps those
+// open, KeepHijackedConns) and gives its admission back.
+func (r *Router) endStream(conn net.Conn, release func()) {
+	conn.Close()
+	release()
+	r.streams.Done()
 }
 
 // exchange runs the attempts of one fan-out request, retrying before the
 // first byte. It returns the committed stream of a stream request, to be
-// relayed; otherwise (nil) the answer or the error is in ctx.Response and
-// the request is logged.
-func (r *Router) exchange(ctx *fasthttp.RequestCtx, path string, body []byte, req *pdRequest, lg *pdLog, start time.Time) *proxy.Stream {
+// relayed; otherwise (nil) the answer or the error is in resp and the
+// request is logged. client is watched for a disconnect meanwhile.
+func (r *Router) exchange(resp *fasthttp.Response, client net.Conn, path string, body []byte, req *pdRequest, lg *pdLog, start time.Time) *proxy.Stream {
 	cfg := r.cfg()
 	deadline := start.Add(cfg.Timeout.Request)
 	var exclude []*proxy.Backend
 	var lastErr *proxy.UpstreamError
 	for attempt := 1; ; attempt++ {
 		lg.attempts = attempt
-		ans, uerr, status, msg := r.attempt(ctx, path, body, req, lg, exclude, deadline)
+		ans, uerr, status, msg := r.attempt(client, path, body, req, lg, exclude, deadline)
 		if ans != nil {
-			return r.answer(ctx, ans, lg, start)
+			return r.answer(resp, ans, lg, start)
 		}
 		if uerr == nil {
 			// Refused before any backend was contacted (no pair, bad rank).
@@ -124,9 +142,9 @@ func (r *Router) exchange(ctx *fasthttp.RequestCtx, path string, body []byte, re
 				uerr = lastErr // retries ran out of backends: report the real failure
 			} else {
 				if status == fasthttp.StatusServiceUnavailable {
-					writeUnavailable(ctx, 1, msg)
+					setUnavailable(resp, 1, msg)
 				} else {
-					writeError(ctx, status, errInvalidRequest, msg)
+					setError(resp, status, errInvalidRequest, msg)
 				}
 				lg.status, lg.err = status, errors.New(msg)
 				r.logPD(lg, start)
@@ -152,11 +170,11 @@ func (r *Router) exchange(ctx *fasthttp.RequestCtx, path string, body []byte, re
 	status := lastErr.ClientStatus()
 	if lastErr.Kind == proxy.KindStatus && status < 500 {
 		// A backend's 4xx is the client's answer: pass it through as is.
-		ctx.SetStatusCode(lastErr.Status)
-		ctx.SetContentTypeBytes(lastErr.ContentType)
-		ctx.SetBody(lastErr.Body)
+		resp.SetStatusCode(lastErr.Status)
+		resp.Header.SetContentTypeBytes(lastErr.ContentType)
+		resp.SetBody(lastErr.Body)
 	} else {
-		writeError(ctx, status, errUpstream, lastErr.Error())
+		setError(resp, status, errUpstream, lastErr.Error())
 	}
 	lg.status, lg.err = status, lastErr
 	r.logPD(lg, start)
@@ -165,7 +183,7 @@ func (r *Router) exchange(ctx *fasthttp.RequestCtx, path string, body []byte, re
 
 // attempt selects a pair, injects and runs one fan-out. It returns either an
 // answer, an upstream error, or a status and message for a refusal.
-func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req *pdRequest, lg *pdLog, exclude []*proxy.Backend, deadline time.Time) (*proxy.Answer, *proxy.UpstreamError, int, string) {
+func (r *Router) attempt(client net.Conn, path string, body []byte, req *pdRequest, lg *pdLog, exclude []*proxy.Backend, deadline time.Time) (*proxy.Answer, *proxy.UpstreamError, int, string) {
 	cfg := r.cfg()
 	ok := func(b *proxy.Backend) bool { return r.pool.Available(b) && !contains(exclude, b) }
 	pt, dt, msg := r.pickPair(ok)
@@ -185,7 +203,7 @@ func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req
 	p, d := pt.Backend(), dt.Backend()
 	lg.prefill, lg.decode = p.URL, d.URL
 
-	dpSize, status, msg := r.checkRank(ctx, p, req, deadline)
+	dpSize, status, msg := r.checkRank(p, req, deadline)
 	if status != 0 {
 		pt.Release()
 		dt.Release()
@@ -221,7 +239,7 @@ func (r *Router) attempt(ctx *fasthttp.RequestCtx, path string, body []byte, req
 		Prefill: pt, Decode: dt, Path: path,
 		PrefillBody: pBody, DecodeBody: dBody, Buffer: buf,
 		Stream: req.stream, MergeLogprobs: req.returnLogprob && path == "/generate",
-		RequestID: lg.requestID, Deadline: deadline, ClientConn: ctx.Conn(),
+		RequestID: lg.requestID, Deadline: deadline, ClientConn: client,
 	}
 	ans, uerr := r.proxy.Do(&x)
 	return ans, uerr, 0, ""
@@ -285,17 +303,17 @@ func contains(list []*proxy.Backend, b *proxy.Backend) bool {
 	return false
 }
 
-// answer writes a committed non-streamed answer into ctx (and returns nil),
-// or returns a committed stream for the caller to relay.
-func (r *Router) answer(ctx *fasthttp.RequestCtx, ans *proxy.Answer, lg *pdLog, start time.Time) *proxy.Stream {
+// answer writes a committed non-streamed answer into resp (and returns
+// nil), or returns a committed stream for the caller to relay.
+func (r *Router) answer(resp *fasthttp.Response, ans *proxy.Answer, lg *pdLog, start time.Time) *proxy.Stream {
 	lg.status = ans.Status
 	r.metrics.TTFT(lg.path, r.now().Sub(start))
 	if ans.Stream != nil {
 		return ans.Stream
 	}
-	ctx.SetStatusCode(ans.Status)
-	ctx.SetContentTypeBytes(ans.ContentType)
-	ctx.SetBody(ans.Body)
+	resp.SetStatusCode(ans.Status)
+	resp.Header.SetContentTypeBytes(ans.ContentType)
+	resp.SetBody(ans.Body)
 	lg.bytes = len(ans.Body)
 	ans.Release()
 	r.logPD(lg, start)

@@ -24,7 +24,7 @@ type InfoSource interface {
 // refusal status and message. The rank is checked only against cached
 // info; when none is cached yet, the slow path waits for it (bounded), so
 // the very first request of a fresh deployment succeeds.
-func (r *Router) checkRank(ctx *fasthttp.RequestCtx, p *proxy.Backend, req *pdRequest, deadline time.Time) (int, int, string) {
+func (r *Router) checkRank(p *proxy.Backend, req *pdRequest, deadline time.Time) (int, int, string) {
 	addr := p.Bootstrap().Addr
 	if req.rankField == "" || r.info == nil || addr == "" {
 		return 0, 0, ""
