@@ -129,6 +129,31 @@ func TestClientDisconnectClosesBothLegs(t *testing.T) {
 	}
 }
 
+// TestClientDisconnectDuringTTFTClosesBothLegsOfAStream: a stream request
+// whose client leaves before the first token (on its hijacked connection)
+// frees both engines too.
+func TestClientDisconnectDuringTTFTClosesBothLegsOfAStream(t *testing.T) {
+	p := newBackend(t, hang(10*time.Second))
+	d := newBackend(t, hang(10*time.Second))
+	l := startLB(t, []*backend{p}, []*backend{d})
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"text":"hi","stream":true}`
+	conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+		itoa(len(body)) + "\r\n\r\n" + body))
+	if !waitFor(2*time.Second, func() bool { return p.count() > 0 && d.count() > 0 }) {
+		t.Fatal("request never reached both backends")
+	}
+	time.Sleep(100 * time.Millisecond) // past the watch delay
+	conn.Close()
+	if !p.waitClosed(time.Second) || !d.waitClosed(time.Second) {
+		t.Fatal("upstream legs not closed within 1s of the stream's client leaving")
+	}
+}
+
 func itoa(n int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + fmtInt(n)) }
 
 func fmtInt(n int) string {

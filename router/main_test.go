@@ -38,6 +38,8 @@ func fasthttpBackground() []goleak.Option {
 		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		// The client-watch hub: one goroutine for the life of the process.
+		goleak.IgnoreAnyFunction("pdlb/proxy.(*watchHub).loop"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 	}
 }
