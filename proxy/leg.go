@@ -138,7 +138,7 @@ func (l *leg) start(path string, body []byte, requestID string, deadline time.Ti
 			return l.fail(KindConnect, err)
 		}
 		if err = l.writeRequest(c, body); err == nil {
-			err = l.resp.Header.Read(c.br)
+			err = c.readHead(&l.resp.Header)
 			if err == nil {
 				return nil
 			}

@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // upstream owns the keep-alive connections to one backend.
@@ -34,9 +37,27 @@ type upConn struct {
 
 // upstreamReadBuf holds a response head (engines send a few hundred bytes)
 // and batches body reads; it lives as long as the connection, so it is
-// small: 5,000 concurrent streams hold 5,000 of them. Requests are written
-// without a buffer (leg.writeRequest).
-const upstreamReadBuf = 4 << 10
+// small: 5,000 concurrent streams hold 5,000 of them. A larger head is read
+// through upstreamLargeHead (readHead). Requests are written without a
+// buffer (leg.writeRequest).
+const (
+	upstreamReadBuf   = 2 << 10
+	upstreamLargeHead = 64 << 10
+)
+
+// readHead reads a response head. A head larger than the connection's
+// buffer (a proxy in front of the engine adding headers, say) is read
+// again through a large buffer layered on the small one, which nothing
+// has consumed yet; the connection keeps the large one.
+func (c *upConn) readHead(h *fasthttp.ResponseHeader) error {
+	err := h.Read(c.br)
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) && c.br.Size() < upstreamLargeHead {
+		c.br = bufio.NewReaderSize(c.br, upstreamLargeHead)
+		err = h.Read(c.br)
+	}
+	return err
+}
 
 func newUpstream(addr string, dialTimeout time.Duration) *upstream {
 	return &upstream{addr: addr, dialTimeout: dialTimeout, maxIdleAge: 4 * time.Second, maxIdle: 1024, now: time.Now}

@@ -113,3 +113,23 @@ func TestBadInputNeverReachesABackend(t *testing.T) {
 		t.Fatalf("bad input reached the backends (%d, %d)", p.count(), d.count())
 	}
 }
+
+// TestLargeEngineResponseHeadIsRead: a response head larger than the small
+// per-connection upstream buffer (a proxy in front of the engine adding
+// headers) is still read, on a fresh connection and on a reused one.
+func TestLargeEngineResponseHeadIsRead(t *testing.T) {
+	long := strings.Repeat("x", 6000)
+	handler := func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-Long", long)
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"text":"ok"}`)
+	}
+	p := newBackend(t, handler)
+	d := newBackend(t, handler)
+	l := startLB(t, []*backend{p}, []*backend{d})
+	for i := 0; i < 3; i++ {
+		if resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 200 || body != `{"text":"ok"}` {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+}
