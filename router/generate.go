@@ -82,10 +82,14 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 	// in the recycled context.
 	own := bytebufferpool.Get()
 	own.B = append(own.B[:0], body...)
+	// Copies for the stream's goroutine, so that req and lg stay on the
+	// stack of every non-stream request.
+	sreq, slog := new(pdRequest), new(pdLog)
+	*sreq, *slog = req, lg
 	r.streams.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		go r.serveStream(rawConn(c), path, own, &req, &lg, start, release)
+		go r.serveStream(rawConn(c), path, own, sreq, slog, start, release)
 	})
 }
 
