@@ -62,7 +62,11 @@ func watchClient(conn net.Conn, g goner) *clientWatch {
 		w.timer = time.AfterFunc(watchDelay, w.start)
 		return w
 	}
+	// Under the lock: the hub may still hold this watch from an earlier
+	// use and is about to check it.
+	w.mu.Lock()
 	w.conn, w.g, w.stopped, w.registered, w.gen = conn, g, false, false, watchGen.Add(1)
+	w.mu.Unlock()
 	w.timer.Reset(watchDelay)
 	return w
 }
@@ -104,7 +108,9 @@ func (w *clientWatch) stop() {
 	// A timer that fired may still be about to call start; such a watch is
 	// left to the garbage collector rather than reused.
 	if notFired || registered {
+		w.mu.Lock()
 		w.conn, w.g = nil, nil
+		w.mu.Unlock()
 		watchPool.Put(w)
 	}
 }

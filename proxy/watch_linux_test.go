@@ -134,3 +134,28 @@ func TestWatchStopBeforeTheDelayNeverRegisters(t *testing.T) {
 		t.Fatal("a watch stopped before its delay reported the client")
 	}
 }
+
+// TestWatchReuseWhileTheHubChecksIt: the hub may hold a watch from an
+// earlier use while the watch is stopped and handed out again; under -race
+// this catches fields set outside the watch's lock.
+func TestWatchReuseWhileTheHubChecksIt(t *testing.T) {
+	server, _ := tcpPair(t)
+	g := &countingGoner{}
+	for i := 0; i < 200; i++ {
+		w := watchClient(server, g)
+		w.timer.Stop()
+		w.start() // register now rather than after the delay
+		fd, gen := int32(w.fd), w.gen
+		done := make(chan struct{})
+		go func() {
+			hub().handle(fd, gen)
+			close(done)
+		}()
+		w.stop()
+		watchClient(server, g).stop() // likely the same watch, reused
+		<-done
+	}
+	if g.n.Load() != 0 {
+		t.Fatalf("clientGone called %d times for an open client", g.n.Load())
+	}
+}
