@@ -84,12 +84,12 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 	own.B = append(own.B[:0], body...)
 	// Copies for the stream's goroutine, so that req and lg stay on the
 	// stack of every non-stream request.
-	sreq, slog := new(pdRequest), new(pdLog)
-	*sreq, *slog = req, lg
+	streamReq, streamLog := new(pdRequest), new(pdLog)
+	*streamReq, *streamLog = req, lg
 	r.streams.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		go r.serveStream(rawConn(c), path, own, sreq, slog, start, release)
+		go r.serveStream(rawConn(c), path, own, streamReq, streamLog, start, release)
 	})
 }
 

@@ -35,23 +35,24 @@ func (c *chunkWriter) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	size := strconv.AppendInt(c.hex[:0], int64(len(p)), 16)
-	size = append(size, crlf...)
-	c.send(c.head, size, p, crlf)
-	_, err := c.bufs.WriteTo(c.conn)
-	c.head = nil
-	return len(p), err
+	return len(p), c.writeChunk(len(p), p, crlf)
 }
 
 // SendEvent frames an SSE event and its terminating blank line as one
 // chunk, sending the event's bytes from where they are (proxy.EventSender).
 func (c *chunkWriter) SendEvent(ev []byte) (int, error) {
-	size := strconv.AppendInt(c.hex[:0], int64(len(ev)+2), 16)
+	return len(ev) + 2, c.writeChunk(len(ev)+2, ev, eventEnd)
+}
+
+// writeChunk sends a chunk of n bytes, body then tail (which ends with the
+// chunk's CRLF), preceded by the response head if it has not gone out.
+func (c *chunkWriter) writeChunk(n int, body, tail []byte) error {
+	size := strconv.AppendInt(c.hex[:0], int64(n), 16)
 	size = append(size, crlf...)
-	c.send(c.head, size, ev, eventEnd)
+	c.send(c.head, size, body, tail)
 	_, err := c.bufs.WriteTo(c.conn)
 	c.head = nil
-	return len(ev) + 2, err
+	return err
 }
 
 // eventEnd is the blank line that ends an SSE event, then the chunk's CRLF.
