@@ -14,8 +14,10 @@
 #                               started with --prefill http://127.0.0.1:$PREFILL_PORT --decode http://127.0.0.1:$DECODE_PORT)
 #   OTHER_LB_PID=N              its PID, for CPU per request
 #   DURATION=10s ROUNDS=3 STREAMS=5000 STREAM_SECONDS=30
-#   PIN=1                       pin with taskset: pdlb on PDLB_CPUS, the rest on LOAD_CPUS (16-core machines)
-#   PDLB_CPUS=0-3 LOAD_CPUS=4-15
+#   PIN=1                       pin with taskset: pdlb on LB_CPUS, the rest on LOAD_CPUS (16-core machines)
+#   LB_CPUS=0-3 LOAD_CPUS=4-15
+#   PREFILL_PORT DECODE_PORT LB_PORT FLOOR_PORT   (no PDLB_ names here: PDLB_* is pdlb's own config
+#                               namespace, and pdlb refuses an environment variable it does not know)
 #   RESULTS=bench/RESULTS.md    where to write the report (the 16-core run uses a second file)
 #   HISTORY=bench/HISTORY.md    hand-kept before/after notes appended to the report (empty: none)
 #   NO_BUILD=1                  use the binaries already in $OUT/bin (a machine without Go; no micro-benchmarks)
@@ -31,11 +33,11 @@ STREAM_SECONDS=${STREAM_SECONDS:-30}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
 PREFILL_PORT=${PREFILL_PORT:-31000}
 DECODE_PORT=${DECODE_PORT:-31001}
-PDLB_PORT=${PDLB_PORT:-31100}
+LB_PORT=${LB_PORT:-31100}
 FLOOR_PORT=${FLOOR_PORT:-31200}
 SPREFILL_PORT=$((PREFILL_PORT + 10))
 SDECODE_PORT=$((DECODE_PORT + 10))
-SPDLB_PORT=$((PDLB_PORT + 10))
+SPDLB_PORT=$((LB_PORT + 10))
 mkdir -p "$OUT" "$BIN"
 rm -f "$OUT"/*.json "$OUT"/*.log
 
@@ -43,7 +45,7 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 pin_pdlb=() pin_load=()
 if [ "${PIN:-0}" = 1 ]; then
-  pin_pdlb=(taskset -c "${PDLB_CPUS:-0-3}")
+  pin_pdlb=(taskset -c "${LB_CPUS:-0-3}")
   pin_load=(taskset -c "${LOAD_CPUS:-4-15}")
 fi
 
@@ -63,7 +65,7 @@ port_free() { # port_free PORT — refuse to measure whatever already listens th
     echo "port $1 is already in use; stop what listens there or set the *_PORT variables" >&2; exit 1
   fi
 }
-for p in "$PREFILL_PORT" "$DECODE_PORT" "$PDLB_PORT" "$FLOOR_PORT" "$SPREFILL_PORT" "$SDECODE_PORT" "$SPDLB_PORT"; do port_free "$p"; done
+for p in "$PREFILL_PORT" "$DECODE_PORT" "$LB_PORT" "$FLOOR_PORT" "$SPREFILL_PORT" "$SDECODE_PORT" "$SPDLB_PORT"; do port_free "$p"; done
 
 start() { # start NAME CMD… — background process, logs to $OUT/NAME.log
   local name=$1; shift
@@ -92,9 +94,9 @@ echo "starting fast mocks, pdlb and the floor…"
 start mock_prefill "${pin_load[@]}" "$BIN/pdlb" mock --role prefill --port "$PREFILL_PORT" --fast --log-level warn
 start mock_decode "${pin_load[@]}" "$BIN/pdlb" mock --role decode --port "$DECODE_PORT" --fast --log-level warn
 wait_port "$PREFILL_PORT"; wait_port "$DECODE_PORT"
-start pdlb pdlb_serve "$PDLB_PORT" "$PREFILL_PORT" "$DECODE_PORT"
+start pdlb pdlb_serve "$LB_PORT" "$PREFILL_PORT" "$DECODE_PORT"
 start floor "${pin_pdlb[@]}" "$BIN/pdlb-floor" -listen "127.0.0.1:$FLOOR_PORT" -prefill "http://127.0.0.1:$PREFILL_PORT" -decode "http://127.0.0.1:$DECODE_PORT"
-wait_port "$PDLB_PORT"
+wait_port "$LB_PORT"
 sleep 0.5
 # The background PIDs are the processes themselves (pdlb_serve and taskset
 # exec); pgrep, where installed, double-checks by command line.
@@ -103,11 +105,11 @@ real_pid() { # real_pid PATTERN FALLBACK
   command -v pgrep >/dev/null && p=$(pgrep -f "$1" | head -1)
   echo "${p:-$2}"
 }
-pdlb_real=$(real_pid "pdlb serve .*--port $PDLB_PORT" "$pdlb_pid")
+pdlb_real=$(real_pid "pdlb serve .*--port $LB_PORT" "$pdlb_pid")
 floor_real=$(real_pid "pdlb-floor -listen 127.0.0.1:$FLOOR_PORT" "$floor_pid")
 decode_real=$(real_pid "pdlb mock --role decode --port $DECODE_PORT" "$mock_decode_pid")
 
-targets="http://127.0.0.1:$PDLB_PORT,http://127.0.0.1:$FLOOR_PORT,http://127.0.0.1:$DECODE_PORT"
+targets="http://127.0.0.1:$LB_PORT,http://127.0.0.1:$FLOOR_PORT,http://127.0.0.1:$DECODE_PORT"
 target_pids="$pdlb_real,$floor_real,$decode_real"
 if [ -n "${OTHER_LB:-}" ]; then
   targets="$targets,$OTHER_LB"
@@ -122,7 +124,7 @@ bench --targets "$targets" --pid-of-target "$target_pids" --room --concurrency 6
   --rounds "$ROUNDS" --input-len 128 --output-len 16 --out "$OUT/a.json" | tee "$OUT/a.txt"
 
 rate=$("$BIN/pdlb-results" -half-rate "$OUT/a.json")
-targets_b="http://127.0.0.1:$PDLB_PORT,http://127.0.0.1:$DECODE_PORT"
+targets_b="http://127.0.0.1:$LB_PORT,http://127.0.0.1:$DECODE_PORT"
 pids_b="$pdlb_real,$decode_real"
 if [ -n "${OTHER_LB:-}" ]; then targets_b="$targets_b,$OTHER_LB"; pids_b="$pids_b,${OTHER_LB_PID:-0}"; fi
 CMD_B="pdlb bench --targets $targets_b --pid-of-target <pids> --room --rate $rate --concurrency 1024 --duration $DURATION --rounds $ROUNDS --input-len 128 --output-len 16"
@@ -168,7 +170,7 @@ cat >"$OUT/commands.txt" <<CMDS
 (c) $CMD_C
 pdlb: pdlb serve --prefill URL none --decode URL --set bootstrap.mode=off --set admin.port=0 --log-format json
 mocks: pdlb mock --role prefill|decode --port N --fast (c: decode --token-delay 100ms)
-pinning: ${PIN:-0} (pdlb ${PDLB_CPUS:-0-3}, load ${LOAD_CPUS:-4-15})
+pinning: ${PIN:-0} (pdlb ${LB_CPUS:-0-3}, load ${LOAD_CPUS:-4-15})
 micro-benchmarks: go test -run '^\$' -bench 'ParseInject|SSERelay' -benchmem -count 3 ./router ./proxy
 CMDS
 "$BIN/pdlb-results" -dir "$OUT" -o "$RESULTS" -chart "${RESULTS%.md}.svg" -history "${HISTORY-bench/HISTORY.md}"
