@@ -13,7 +13,7 @@
 #   OTHER_LB=http://host:port   another balancer in front of the same mocks (e.g. SGLang's mini LB
 #                               started with --prefill http://127.0.0.1:$PREFILL_PORT --decode http://127.0.0.1:$DECODE_PORT)
 #   OTHER_LB_PID=N              its PID, for CPU per request
-#   DURATION=10s ROUNDS=3 STREAMS=5000 STREAM_SECONDS=30
+#   DURATION=10s ROUNDS=5 STREAMS=5000 STREAM_SECONDS=30  (5 rotated rounds: the medians move less between runs than with 3)
 #   PIN=1                       pin with taskset: pdlb on LB_CPUS, the rest on LOAD_CPUS (16-core machines)
 #   LB_CPUS=0-3 LOAD_CPUS=4-15
 #   PREFILL_PORT DECODE_PORT LB_PORT FLOOR_PORT   (no PDLB_ names here: PDLB_* is pdlb's own config
@@ -27,7 +27,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/bench/out}
 BIN=$OUT/bin
 DURATION=${DURATION:-10s}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 STREAMS=${STREAMS:-5000}
 STREAM_SECONDS=${STREAM_SECONDS:-30}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
