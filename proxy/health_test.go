@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pdlb/config"
+	"pdlb/proxy/leakcheck"
 )
 
 // healthEngine is a loopback engine whose /health status the test sets.
@@ -183,14 +184,9 @@ func TestHealthFollowsPool(t *testing.T) {
 }
 
 func TestHealthStartStop(t *testing.T) {
-	defer goleak.VerifyNone(t,
-		// Earlier tests' servers are still winding down; not this test's concern.
-		goleak.IgnoreCurrent(),
-		// fasthttp's process-wide DNS cache cleaner and the client's idle-connection
-		// cleaner are not the checker's; they outlive any one test by design.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-	)
+	// Earlier tests' servers are still winding down (IgnoreCurrent), and
+	// fasthttp's own cleaners are not the checker's.
+	defer goleak.VerifyNone(t, append(leakcheck.Background(), goleak.IgnoreCurrent())...)
 	// net/http's test server, unlike fasthttp's, leaves no housekeeping
 	// goroutine behind once closed, so any leak left is the checker's.
 	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))

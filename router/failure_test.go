@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,34 +106,22 @@ func TestDecodeFailureCancelsPrefill(t *testing.T) {
 }
 
 func TestClientDisconnectClosesBothLegs(t *testing.T) {
-	p := newBackend(t, hang(10*time.Second))
-	d := newBackend(t, hang(10*time.Second))
-	l := startLB(t, []*backend{p}, []*backend{d})
-
-	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := `{"text":"hi"}`
-	conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-		itoa(len(body)) + "\r\n\r\n" + body))
-	deadline := time.Now().Add(2 * time.Second)
-	for p.count() == 0 || d.count() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("request never reached both backends")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	conn.Close()
-	if !p.waitClosed(time.Second) || !d.waitClosed(time.Second) {
-		t.Fatal("upstream legs not closed within 1s of the client leaving")
-	}
+	leaveWhileBothEnginesWork(t, `{"text":"hi"}`, 0)
 }
 
 // TestClientDisconnectDuringTTFTClosesBothLegsOfAStream: a stream request
 // whose client leaves before the first token (on its hijacked connection)
 // frees both engines too.
 func TestClientDisconnectDuringTTFTClosesBothLegsOfAStream(t *testing.T) {
+	leaveWhileBothEnginesWork(t, `{"text":"hi","stream":true}`, 100*time.Millisecond) // past the watch delay
+}
+
+// leaveWhileBothEnginesWork sends body to pdlb in front of two engines
+// that never answer, closes the client connection once both have the
+// request (and wait more), and requires both engine connections closed
+// within a second.
+func leaveWhileBothEnginesWork(t *testing.T, body string, wait time.Duration) {
+	t.Helper()
 	p := newBackend(t, hang(10*time.Second))
 	d := newBackend(t, hang(10*time.Second))
 	l := startLB(t, []*backend{p}, []*backend{d})
@@ -141,30 +130,16 @@ func TestClientDisconnectDuringTTFTClosesBothLegsOfAStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"text":"hi","stream":true}`
 	conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-		itoa(len(body)) + "\r\n\r\n" + body))
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body))
 	if !waitFor(2*time.Second, func() bool { return p.count() > 0 && d.count() > 0 }) {
 		t.Fatal("request never reached both backends")
 	}
-	time.Sleep(100 * time.Millisecond) // past the watch delay
+	time.Sleep(wait)
 	conn.Close()
 	if !p.waitClosed(time.Second) || !d.waitClosed(time.Second) {
-		t.Fatal("upstream legs not closed within 1s of the stream's client leaving")
+		t.Fatal("upstream legs not closed within 1s of the client leaving")
 	}
-}
-
-func itoa(n int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + fmtInt(n)) }
-
-func fmtInt(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-	}
-	return string(b)
 }
 
 // sseEngine streams events with a delay, then [DONE], and (keepOpen) never

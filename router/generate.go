@@ -97,16 +97,15 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 // attempts, then either the relay or an ordinary HTTP error response.
 func (r *Router) serveStream(conn net.Conn, path string, body *bytebufferpool.ByteBuffer, req *pdRequest, lg *pdLog, start time.Time, release func()) {
 	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
 	resp.Header.Set(proxy.HeaderRequestID, lg.requestID)
 	s := r.exchange(resp, conn, path, body.B, req, lg, start)
 	bytebufferpool.Put(body) // the attempts are over; each leg sent its own copy
 	if s == nil {
 		writeResponse(conn, resp, r.cfg().Server.WriteTimeout)
-		fasthttp.ReleaseResponse(resp)
 		r.endStream(conn, release)
 		return
 	}
-	fasthttp.ReleaseResponse(resp)
 	// The relay, which holds the connection for the whole stream, starts
 	// on a fresh goroutine: this one's stack grew with the attempts (dial,
 	// request, response parsing) and would be kept, mostly unused, until
