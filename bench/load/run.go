@@ -14,7 +14,8 @@ const procSampleEvery = 100 * time.Millisecond
 
 // Run applies the load described by opts to every target, rounds interleaved
 // and rotated (A B C, B C A, C A B, …: each target goes first equally often,
-// since the first of a round measured consistently slower here), and reports per-round figures and their medians. When ctx ends, the rounds
+// since one build measured 6 % apart depending on its place in the round),
+// and reports per-round figures and their medians. When ctx ends, the rounds
 // finished so far are reported together with ctx's error.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts = opts.withDefaults()
