@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"pdlb"
 	"pdlb/config"
 )
 
@@ -25,7 +26,7 @@ type Registry struct {
 	cfg   config.Bootstrap
 	log   zerolog.Logger
 	clock Clock
-	auth  authenticator
+	auth  pdlb.Bearer
 
 	mu     sync.Mutex                         // serialises AddNamespace/RemoveNamespace
 	spaces atomic.Pointer[map[int]*Namespace] // copy-on-write: lookups take no lock
@@ -41,7 +42,7 @@ func NewRegistry(cfg config.Bootstrap, log zerolog.Logger, clock Clock) *Registr
 	if cfg.DPRankTTL <= 0 {
 		cfg.DPRankTTL = DefaultDPRankTTL
 	}
-	r := &Registry{cfg: cfg, log: log.With().Str("component", "bootstrap").Logger(), clock: clock.orSystem(), auth: newAuthenticator(cfg.AuthToken)}
+	r := &Registry{cfg: cfg, log: log.With().Str("component", "bootstrap").Logger(), clock: clock.orSystem(), auth: pdlb.NewBearer("bootstrap.auth_token", cfg.AuthToken)}
 	r.spaces.Store(&map[int]*Namespace{})
 	return r
 }

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pdlb/config"
-	"pdlb/proxy/leakcheck"
+	"pdlb/proxy/proxytest"
 )
 
 // healthEngine is a loopback engine whose /health status the test sets.
@@ -186,7 +186,7 @@ func TestHealthFollowsPool(t *testing.T) {
 func TestHealthStartStop(t *testing.T) {
 	// Earlier tests' servers are still winding down (IgnoreCurrent), and
 	// fasthttp's own cleaners are not the checker's.
-	defer goleak.VerifyNone(t, append(leakcheck.Background(), goleak.IgnoreCurrent())...)
+	defer goleak.VerifyNone(t, append(proxytest.IgnoredGoroutines(), goleak.IgnoreCurrent())...)
 	// net/http's test server, unlike fasthttp's, leaves no housekeeping
 	// goroutine behind once closed, so any leak left is the checker's.
 	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))

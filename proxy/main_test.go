@@ -5,12 +5,12 @@ import (
 
 	"go.uber.org/goleak"
 
-	"pdlb/proxy/leakcheck"
+	"pdlb/proxy/proxytest"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: cut
 // legs, drained prefill streams and client watchers must all end with
 // their request.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, leakcheck.Background()...)
+	goleak.VerifyTestMain(m, proxytest.IgnoredGoroutines()...)
 }

@@ -2,13 +2,14 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
+
+	"pdlb"
 )
 
 // Stream is a committed streaming answer: the decode's first event has
@@ -222,10 +223,8 @@ func fmtStreamErr(err error) error {
 
 // sseError renders pdlb's error shape as a final SSE event.
 func sseError(msg string, code int) []byte {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "upstream_error", "code": code}})
-	out := make([]byte, 0, len(body)+8)
-	out = append(out, "data: "...)
-	out = append(out, body...)
+	out := append(make([]byte, 0, len(msg)+96), "data: "...)
+	out = pdlb.AppendError(out, code, pdlb.ErrUpstream, msg)
 	return append(out, "\n\n"...)
 }
 

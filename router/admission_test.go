@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"pdlb/proxy/proxytest"
 )
 
 // manualTimers replaces an Admission's queue-timeout clock with timers the
@@ -53,7 +55,7 @@ func acquireAsync(a *Admission, ctx context.Context) <-chan acquireResult {
 // waitQueued waits until n requests are queued.
 func waitQueued(t *testing.T, a *Admission, n int) {
 	t.Helper()
-	if !waitFor(2*time.Second, func() bool { return a.Queued() == n }) {
+	if !proxytest.WaitFor(2*time.Second, func() bool { return a.Queued() == n }) {
 		t.Fatalf("queued = %d, want %d", a.Queued(), n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
+	"pdlb/proxy/proxytest"
 )
 
 // hang blocks until the client goes away (the server notices on shutdown
@@ -30,12 +31,12 @@ func hang(limit time.Duration) fasthttp.RequestHandler {
 }
 
 func TestPrefillFailureCancelsDecode(t *testing.T) {
-	p := newBackend(t, jsonAnswer(500, `{"error":"boom"}`))
-	d := newBackend(t, hang(10*time.Second))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(500, `{"error":"boom"}`))
+	d := proxytest.NewEngine(t, hang(10*time.Second))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 
 	start := time.Now()
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`)
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	if resp.StatusCode != 502 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
@@ -45,7 +46,7 @@ func TestPrefillFailureCancelsDecode(t *testing.T) {
 	if resp.Header.Get("X-Request-ID") == "" {
 		t.Error("error answer lacks X-Request-ID")
 	}
-	if !d.waitClosed(time.Second) {
+	if !d.WaitClosed(time.Second) {
 		t.Fatal("decode connection not closed within 1s of the prefill failure")
 	}
 	if time.Since(start) > 3*time.Second {
@@ -54,10 +55,10 @@ func TestPrefillFailureCancelsDecode(t *testing.T) {
 }
 
 func TestPrefill4xxForwardedAsIs(t *testing.T) {
-	p := newBackend(t, jsonAnswer(400, `{"error":{"message":"bad sampling params"}}`))
-	d := newBackend(t, hang(10*time.Second))
-	l := startLB(t, []*backend{p}, []*backend{d})
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`)
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(400, `{"error":{"message":"bad sampling params"}}`))
+	d := proxytest.NewEngine(t, hang(10*time.Second))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	if resp.StatusCode != 400 || body != `{"error":{"message":"bad sampling params"}}` {
 		t.Fatalf("got %d %s", resp.StatusCode, body)
 	}
@@ -65,25 +66,25 @@ func TestPrefill4xxForwardedAsIs(t *testing.T) {
 
 func TestPrefillConnectErrorIs502(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := &backend{URL: "http://" + ln.Addr().String()}
+	dead := &proxytest.Engine{URL: "http://" + ln.Addr().String()}
 	ln.Close()
-	d := newBackend(t, hang(10*time.Second))
-	l := startLB(t, []*backend{dead}, []*backend{d})
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`)
+	d := proxytest.NewEngine(t, hang(10*time.Second))
+	l := startLB(t, []*proxytest.Engine{dead}, []*proxytest.Engine{d})
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	if resp.StatusCode != 502 || !strings.Contains(body, "connection refused") {
 		t.Fatalf("got %d %s", resp.StatusCode, body)
 	}
-	if !d.waitClosed(time.Second) {
+	if !d.WaitClosed(time.Second) {
 		t.Fatal("decode not cancelled")
 	}
 }
 
 func TestDecodeHangIs504WithinTimeout(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, hang(10*time.Second))
-	l := startLB(t, []*backend{p}, []*backend{d}, func(c *config.Config) { c.Timeouts.DecodeFirstByte = 300 * time.Millisecond })
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, hang(10*time.Second))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, func(c *config.Config) { c.Timeouts.DecodeFirstByte = 300 * time.Millisecond })
 	start := time.Now()
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`)
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	if resp.StatusCode != 504 || !strings.Contains(body, d.URL) {
 		t.Fatalf("got %d %s", resp.StatusCode, body)
 	}
@@ -93,14 +94,14 @@ func TestDecodeHangIs504WithinTimeout(t *testing.T) {
 }
 
 func TestDecodeFailureCancelsPrefill(t *testing.T) {
-	p := newBackend(t, hang(10*time.Second))
-	d := newBackend(t, jsonAnswer(503, `{"error":"overloaded"}`))
-	l := startLB(t, []*backend{p}, []*backend{d})
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`)
+	p := proxytest.NewEngine(t, hang(10*time.Second))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(503, `{"error":"overloaded"}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	if resp.StatusCode != 502 || !strings.Contains(body, "decode "+d.URL) {
 		t.Fatalf("got %d %s", resp.StatusCode, body)
 	}
-	if !p.waitClosed(time.Second) {
+	if !p.WaitClosed(time.Second) {
 		t.Fatal("prefill connection not closed within 1s of the decode failure")
 	}
 }
@@ -122,9 +123,9 @@ func TestClientDisconnectDuringTTFTClosesBothLegsOfAStream(t *testing.T) {
 // within a second.
 func leaveWhileBothEnginesWork(t *testing.T, body string, wait time.Duration) {
 	t.Helper()
-	p := newBackend(t, hang(10*time.Second))
-	d := newBackend(t, hang(10*time.Second))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, hang(10*time.Second))
+	d := proxytest.NewEngine(t, hang(10*time.Second))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 
 	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
 	if err != nil {
@@ -132,12 +133,12 @@ func leaveWhileBothEnginesWork(t *testing.T, body string, wait time.Duration) {
 	}
 	conn.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body))
-	if !waitFor(2*time.Second, func() bool { return p.count() > 0 && d.count() > 0 }) {
+	if !proxytest.WaitFor(2*time.Second, func() bool { return p.Count() > 0 && d.Count() > 0 }) {
 		t.Fatal("request never reached both backends")
 	}
 	time.Sleep(wait)
 	conn.Close()
-	if !p.waitClosed(time.Second) || !d.waitClosed(time.Second) {
+	if !p.WaitClosed(time.Second) || !d.WaitClosed(time.Second) {
 		t.Fatal("upstream legs not closed within 1s of the client leaving")
 	}
 }
@@ -165,10 +166,10 @@ func sseEngine(events []string, delay time.Duration, keepOpen bool) fasthttp.Req
 }
 
 func TestStreamRelaysEventByEventAndClosesAtDone(t *testing.T) {
-	p := newBackend(t, sseEngine([]string{`{"p":1}`}, 0, false))
+	p := proxytest.NewEngine(t, sseEngine([]string{`{"p":1}`}, 0, false))
 	events := []string{`{"text":"a"}`, `{"text":"ab"}`, `{"text":"abc"}`}
-	d := newBackend(t, sseEngine(events, 150*time.Millisecond, true))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	d := proxytest.NewEngine(t, sseEngine(events, 150*time.Millisecond, true))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 
 	resp, err := http.Post(l.URL+"/generate", "application/json", strings.NewReader(`{"text":"hi","stream":true}`))
 	if err != nil {
@@ -207,9 +208,9 @@ func TestStreamRelaysEventByEventAndClosesAtDone(t *testing.T) {
 }
 
 func TestStreamPrefillFailureBeforeFirstEvent(t *testing.T) {
-	p := newBackend(t, jsonAnswer(500, `{"error":"boom"}`))
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(500, `{"error":"boom"}`))
 	// The decode sends headers at once but its first event only after KV arrives.
-	d := newBackend(t, func(ctx *fasthttp.RequestCtx) {
+	d := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/event-stream")
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			w.Flush()
@@ -218,9 +219,9 @@ func TestStreamPrefillFailureBeforeFirstEvent(t *testing.T) {
 			w.Flush()
 		})
 	})
-	l := startLB(t, []*backend{p}, []*backend{d})
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	start := time.Now()
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
 	if resp.StatusCode != 502 || !strings.Contains(body, "prefill") {
 		t.Fatalf("got %d %s", resp.StatusCode, body)
 	}
@@ -233,34 +234,34 @@ func TestStreamPrefillFailureBeforeFirstEvent(t *testing.T) {
 }
 
 func TestStreamFailureAfterFirstByteEndsWithErrorEvent(t *testing.T) {
-	p := newBackend(t, sseEngine([]string{`{}`}, 0, false))
+	p := proxytest.NewEngine(t, sseEngine([]string{`{}`}, 0, false))
 	// Die mid-stream: one event, then the connection is cut without the
 	// chunked body's terminator.
-	d := rawBackend(t, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+
+	d := proxytest.RawEngine(t, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+
 		"14\r\ndata: {\"text\":\"a\"}\n\n\r\n")
-	l := startLB(t, []*backend{p}, []*backend{d})
-	_, body := post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
+	_, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
 	if !strings.HasPrefix(body, "data: {\"text\":\"a\"}\n\n") || !strings.Contains(body, `data: {"error":`) || !strings.HasSuffix(body, "\n\n") {
 		t.Fatalf("body %q", body)
 	}
 }
 
 func TestOpenAIRoutesUseScalarInjection(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{"choices":[]}`))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"choices":[]}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	for i, path := range []string{"/v1/chat/completions", "/v1/completions"} {
-		resp, body := post(t, l.URL+path, `{"prompt":["a","b"],"text":["x","y"],"messages":[]}`)
+		resp, body := proxytest.Post(t, l.URL+path, `{"prompt":["a","b"],"text":["x","y"],"messages":[]}`)
 		if resp.StatusCode != 200 || body != `{"choices":[]}` {
 			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
 		}
-		if !strings.Contains(string(d.lastBody()), `"bootstrap_host":"127.0.0.1","bootstrap_port":8998,"bootstrap_room":`) ||
-			strings.Contains(string(d.lastBody()), `"bootstrap_room":[`) {
-			t.Fatalf("%s: not scalar injection: %s", path, d.lastBody())
+		if !strings.Contains(string(d.LastBody()), `"bootstrap_host":"127.0.0.1","bootstrap_port":8998,"bootstrap_room":`) ||
+			strings.Contains(string(d.LastBody()), `"bootstrap_room":[`) {
+			t.Fatalf("%s: not scalar injection: %s", path, d.LastBody())
 		}
 		// The prefill leg runs concurrently: wait for it to land.
-		if !waitFor(time.Second, func() bool { return p.count() == i+1 }) || p.lastPath() != path {
-			t.Fatalf("prefill got %d requests, last path %s", p.count(), p.lastPath())
+		if !proxytest.WaitFor(time.Second, func() bool { return p.Count() == i+1 }) || p.LastPath() != path {
+			t.Fatalf("prefill got %d requests, last path %s", p.Count(), p.LastPath())
 		}
 	}
 }

@@ -23,73 +23,12 @@ import (
 	"pdlb/bench/mock"
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/proxy/proxytest"
 )
 
 // Faults an engine (or the network in front of it) can throw at pdlb, on
 // real loopback sockets. Each test checks the client's answer, that the
 // upstream connection was let go, and what the breakers and metrics say.
-
-// connBackend reads one HTTP request per connection and hands the raw
-// connection to handle, for answers no HTTP server library would write.
-// b.closed gets a value once handle returned and the connection is closed.
-func connBackend(t *testing.T, handle func(c net.Conn, br *bufio.Reader, body []byte)) *backend {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{t: t, ln: ln, URL: "http://" + ln.Addr().String(), closed: make(chan struct{}, 1024)}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]bool{}
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = true
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() {
-					c.Close()
-					mu.Lock()
-					delete(conns, c)
-					mu.Unlock()
-					b.closed <- struct{}{}
-				}()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				body, _ := io.ReadAll(req.Body)
-				b.mu.Lock()
-				b.bodies = append(b.bodies, body)
-				b.paths = append(b.paths, req.URL.Path)
-				b.mu.Unlock()
-				handle(c, br, body)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return b
-}
 
 // untilPeerCloses blocks until the other side closes the connection (or limit).
 func untilPeerCloses(c net.Conn, br *bufio.Reader, limit time.Duration) {
@@ -106,7 +45,7 @@ func chunk(s string) string { return strconv.FormatInt(int64(len(s)), 16) + "\r\
 // name (labels included) starts with prefix.
 func metricValues(t *testing.T, l *lb, prefix string) map[string]float64 {
 	t.Helper()
-	_, body := get(t, l.URL+"/metrics")
+	_, body := proxytest.Get(t, l.URL+"/metrics")
 	out := map[string]float64{}
 	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, prefix) {
@@ -135,7 +74,7 @@ func metricSum(t *testing.T, l *lb, prefix string) float64 {
 // both in the pool and in the exposition.
 func noneInFlight(t *testing.T, l *lb) {
 	t.Helper()
-	ok := waitFor(3*time.Second, func() bool {
+	ok := proxytest.WaitFor(3*time.Second, func() bool {
 		for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 			for _, b := range l.pool.Backends(role) {
 				if b.InFlight() != 0 {
@@ -171,9 +110,9 @@ func errorJSON(t *testing.T, body string) string {
 }
 
 func TestFaultDecodeKilledMidStream(t *testing.T) {
-	p := newBackend(t, sseEngine([]string{`{}`}, 0, false))
+	p := proxytest.NewEngine(t, sseEngine([]string{`{}`}, 0, false))
 	events := []string{`{"text":"a"}`, `{"text":"ab"}`, `{"text":"abc"}`}
-	d := connBackend(t, func(c net.Conn, _ *bufio.Reader, _ []byte) {
+	d := proxytest.ConnEngine(t, func(c net.Conn, _ *bufio.Reader, _ []byte) {
 		c.Write([]byte(sseHead))
 		for _, ev := range events {
 			c.Write([]byte(chunk("data: " + ev + "\n\n")))
@@ -181,10 +120,10 @@ func TestFaultDecodeKilledMidStream(t *testing.T) {
 		}
 		// Killed: the connection ends without the chunked terminator.
 	})
-	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, time.Minute, 1))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withBreaker(1, time.Minute, 1))
 
 	start := time.Now()
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("got %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -211,7 +150,7 @@ func TestFaultDecodeKilledMidStream(t *testing.T) {
 	if strings.Contains(body, "[DONE]") {
 		t.Error("a broken stream must not end with [DONE]")
 	}
-	if !waitFor(time.Second, func() bool { return decodeBreaker(t, l).State() == gobreaker.StateOpen }) {
+	if !proxytest.WaitFor(time.Second, func() bool { return decodeBreaker(t, l).State() == gobreaker.StateOpen }) {
 		t.Errorf("decode breaker %v: the broken stream was not counted as a failure", decodeBreaker(t, l).State())
 	}
 	if st := l.pool.Backends(proxy.Prefill)[0].Breaker().State(); st != gobreaker.StateClosed {
@@ -244,15 +183,15 @@ func TestFaultBackendAcceptsAndNeverAnswers(t *testing.T) {
 		{"prefill, stream", true, true, silent, "prefill"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hung := connBackend(t, tc.hang)
-			var p, d *backend
+			hung := proxytest.ConnEngine(t, tc.hang)
+			var p, d *proxytest.Engine
 			if tc.hangPrefill {
 				// The decode waits for KV that never comes, like SGLang's.
-				p, d = hung, connBackend(t, silent)
+				p, d = hung, proxytest.ConnEngine(t, silent)
 			} else {
-				p, d = newBackend(t, sseOrJSON()), hung
+				p, d = proxytest.NewEngine(t, sseOrJSON()), hung
 			}
-			l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, time.Minute, 1), func(c *config.Config) {
+			l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withBreaker(1, time.Minute, 1), func(c *config.Config) {
 				// The leg that is not under test waits longer, so that it is
 				// the silent one's timeout that ends the request.
 				c.Timeouts.DecodeFirstByte, c.Timeouts.PrefillFirstByte = firstByte, 5*time.Second
@@ -261,7 +200,7 @@ func TestFaultBackendAcceptsAndNeverAnswers(t *testing.T) {
 				}
 			})
 			start := time.Now()
-			resp, body := post(t, l.URL+"/generate", `{"text":"hi","stream":`+strconv.FormatBool(tc.stream)+`}`)
+			resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","stream":`+strconv.FormatBool(tc.stream)+`}`)
 			el := time.Since(start)
 			if resp.StatusCode != 504 {
 				t.Fatalf("got %d %s", resp.StatusCode, body)
@@ -272,14 +211,14 @@ func TestFaultBackendAcceptsAndNeverAnswers(t *testing.T) {
 			if msg := errorJSON(t, body); !strings.Contains(msg, tc.wantInMessage+" "+hung.URL) || !strings.Contains(msg, "timed out") {
 				t.Errorf("message %q does not name the %s that timed out", msg, tc.wantInMessage)
 			}
-			if !hung.waitClosed(time.Second) {
+			if !hung.WaitClosed(time.Second) {
 				t.Fatal("the silent backend's connection is still open after the 504")
 			}
-			if tc.hangPrefill && !d.waitClosed(time.Second) {
+			if tc.hangPrefill && !d.WaitClosed(time.Second) {
 				t.Fatal("the decode waiting for KV was not cut")
 			}
 			hb := l.pool.Find(hung.URL)
-			if !waitFor(time.Second, func() bool { return hb.Breaker().State() == gobreaker.StateOpen }) {
+			if !proxytest.WaitFor(time.Second, func() bool { return hb.Breaker().State() == gobreaker.StateOpen }) {
 				t.Errorf("breaker of the silent backend %v, want open", hb.Breaker().State())
 			}
 			if other := l.pool.Find(map[bool]string{true: d.URL, false: p.URL}[tc.hangPrefill]); other.Breaker().State() != gobreaker.StateClosed {
@@ -293,7 +232,7 @@ func TestFaultBackendAcceptsAndNeverAnswers(t *testing.T) {
 // sseOrJSON answers like a healthy prefill: SSE for streams, JSON otherwise.
 func sseOrJSON() fasthttp.RequestHandler {
 	stream := sseEngine([]string{`{}`}, 0, false)
-	plain := jsonAnswer(200, `{}`)
+	plain := proxytest.JSONAnswer(200, `{}`)
 	return func(ctx *fasthttp.RequestCtx) {
 		if strings.Contains(string(ctx.PostBody()), `"stream":true`) {
 			stream(ctx)
@@ -317,17 +256,17 @@ func TestFaultDecodeAnswersGarbage(t *testing.T) {
 	} {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s, stream=%v", tc.name, stream), func(t *testing.T) {
-				p := newBackend(t, sseOrJSON())
-				d := rawBackend(t, tc.raw)
-				l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, time.Minute, 1))
-				resp, body := post(t, l.URL+"/generate", `{"text":"hi","stream":`+strconv.FormatBool(stream)+`}`)
+				p := proxytest.NewEngine(t, sseOrJSON())
+				d := proxytest.RawEngine(t, tc.raw)
+				l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withBreaker(1, time.Minute, 1))
+				resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","stream":`+strconv.FormatBool(stream)+`}`)
 				if resp.StatusCode != 502 {
 					t.Fatalf("got %d %s", resp.StatusCode, body)
 				}
 				if msg := errorJSON(t, body); !strings.Contains(msg, "decode "+d.URL) {
 					t.Errorf("message %q does not name the decode", msg)
 				}
-				if !waitFor(time.Second, func() bool { return decodeBreaker(t, l).State() == gobreaker.StateOpen }) {
+				if !proxytest.WaitFor(time.Second, func() bool { return decodeBreaker(t, l).State() == gobreaker.StateOpen }) {
 					t.Errorf("decode breaker %v after garbage, want open", decodeBreaker(t, l).State())
 				}
 				noneInFlight(t, l)
@@ -345,17 +284,17 @@ func TestFaultTruncatedBodyIs502(t *testing.T) {
 		{"content-length, short", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\":\"par"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newBackend(t, jsonAnswer(200, `{}`))
-			d := rawBackend(t, tc.raw)
-			l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, time.Minute, 1))
-			resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`)
+			p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+			d := proxytest.RawEngine(t, tc.raw)
+			l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withBreaker(1, time.Minute, 1))
+			resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 			if resp.StatusCode != 502 {
 				t.Fatalf("a truncated answer was relayed: %d %q", resp.StatusCode, body)
 			}
 			if msg := errorJSON(t, body); !strings.Contains(msg, "decode "+d.URL) {
 				t.Errorf("message %q does not name the decode", msg)
 			}
-			if !waitFor(time.Second, func() bool { return decodeBreaker(t, l).State() == gobreaker.StateOpen }) {
+			if !proxytest.WaitFor(time.Second, func() bool { return decodeBreaker(t, l).State() == gobreaker.StateOpen }) {
 				t.Errorf("decode breaker %v, want open", decodeBreaker(t, l).State())
 			}
 			noneInFlight(t, l)
@@ -370,13 +309,13 @@ func TestFaultTruncatedBodyIs502(t *testing.T) {
 func TestFaultDecodeWrongContentType(t *testing.T) {
 	// A 200 that is not an event stream (a proxy's HTML error page, say) is
 	// a broken decode: 502 naming it, and its breaker counts the failure.
-	p := newBackend(t, sseOrJSON())
-	d := newBackend(t, func(ctx *fasthttp.RequestCtx) {
+	p := proxytest.NewEngine(t, sseOrJSON())
+	d := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/html; charset=utf-8")
 		ctx.SetBodyString("<html><body>502 Bad Gateway (nginx)</body></html>")
 	})
-	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, time.Minute, 1))
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withBreaker(1, time.Minute, 1))
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
 	if resp.StatusCode != 502 || !strings.Contains(body, "text/html") || !strings.Contains(body, d.URL) {
 		t.Fatalf("got %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
@@ -415,9 +354,9 @@ func slowClient(t *testing.T, l *lb, body string, small bool) (net.Conn, *bufio.
 // floodingDecode streams 8 KiB events as fast as its writes go through, up
 // to limit bytes, to requests whose body says "flood"; others get a short
 // JSON answer. written is what the flood managed to write.
-func floodingDecode(t *testing.T, limit int64, written *atomic.Int64) *backend {
+func floodingDecode(t *testing.T, limit int64, written *atomic.Int64) *proxytest.Engine {
 	event := chunk("data: {\"text\":\"" + strings.Repeat("x", 8<<10) + "\"}\n\n")
-	return connBackend(t, func(c net.Conn, _ *bufio.Reader, body []byte) {
+	return proxytest.ConnEngine(t, func(c net.Conn, _ *bufio.Reader, body []byte) {
 		if !strings.Contains(string(body), "flood") {
 			c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}"))
 			return
@@ -437,34 +376,32 @@ func floodingDecode(t *testing.T, limit int64, written *atomic.Int64) *backend {
 func TestFaultStalledClientIsCutByWriteTimeout(t *testing.T) {
 	const limit = 256 << 20
 	var written atomic.Int64
-	p := newBackend(t, sseOrJSON())
+	p := proxytest.NewEngine(t, sseOrJSON())
 	d := floodingDecode(t, limit, &written)
-	l := startLB(t, []*backend{p}, []*backend{d}, withBreaker(1, time.Minute, 1), func(c *config.Config) {
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withBreaker(1, time.Minute, 1), func(c *config.Config) {
 		c.Server.WriteTimeout = 500 * time.Millisecond
 		c.Timeouts.Request = time.Minute
 		c.Timeouts.DecodeIdle = time.Minute
 	})
 	start := time.Now()
 	slowClient(t, l, `{"text":"flood","stream":true}`, true) // and never read again
-	if !waitFor(5*time.Second, func() bool { return written.Load() > 1<<20 }) {
+	if !proxytest.WaitFor(5*time.Second, func() bool { return written.Load() > 1<<20 }) {
 		t.Fatal("the stream never started")
 	}
 	// pdlb serves others while one relay is stuck on its client.
 	qs := time.Now()
-	resp, body := post(t, l.URL+"/generate", `{"text":"quick"}`)
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"quick"}`)
 	if resp.StatusCode != 200 || body != `{"ok":true}` || time.Since(qs) > time.Second {
 		t.Fatalf("other client: %d %q after %v", resp.StatusCode, body, time.Since(qs))
 	}
 	// The stuck relay gives up within write_timeout of its last write and
 	// lets the decode go, without having read the engine's whole answer.
-	deadline := time.After(5 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for closedFlood := false; !closedFlood; {
-		select {
-		case <-d.closed:
-			closedFlood = written.Load() > 1<<20
-		case <-deadline:
+		if !d.WaitClosed(time.Until(deadline)) {
 			t.Fatalf("decode connection still open %v after the client stalled (%d bytes written)", time.Since(start), written.Load())
 		}
+		closedFlood = written.Load() > 1<<20
 	}
 	if w := written.Load(); w >= 64<<20 {
 		t.Errorf("pdlb read %d MiB from the decode for a client that read nothing: unbounded buffering", w>>20)
@@ -481,9 +418,9 @@ func TestFaultStalledClientIsCutByWriteTimeout(t *testing.T) {
 func TestFaultSlowReaderIsBoundedByRequestTimeout(t *testing.T) {
 	const limit = 256 << 20
 	var written atomic.Int64
-	p := newBackend(t, sseOrJSON())
+	p := proxytest.NewEngine(t, sseOrJSON())
 	d := floodingDecode(t, limit, &written)
-	l := startLB(t, []*backend{p}, []*backend{d}, func(c *config.Config) {
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, func(c *config.Config) {
 		c.Server.WriteTimeout = 10 * time.Second
 		c.Timeouts.Request = 1500 * time.Millisecond
 	})
@@ -518,7 +455,7 @@ func TestFaultSlowReaderIsBoundedByRequestTimeout(t *testing.T) {
 			}
 		}
 	}()
-	if !d.waitClosed(5 * time.Second) {
+	if !d.WaitClosed(5 * time.Second) {
 		t.Fatalf("decode still streaming %v after a 1.5 s request deadline", time.Since(start))
 	}
 	if el := time.Since(start); el < time.Second {
@@ -549,7 +486,7 @@ func TestFaultSlowReaderIsBoundedByRequestTimeout(t *testing.T) {
 // afterwards in-flight counts, breakers and request counters add up.
 func TestFaultThousandClientsWithDisconnects(t *testing.T) {
 	const clients = 1000
-	engine := func(o mock.Options) *backend {
+	engine := func(o mock.Options) *proxytest.Engine {
 		e := mock.New(o, zerolog.Nop())
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -557,17 +494,17 @@ func TestFaultThousandClientsWithDisconnects(t *testing.T) {
 		}
 		go e.Serve(ln)
 		t.Cleanup(func() { e.Shutdown() })
-		return &backend{URL: "http://" + ln.Addr().String()}
+		return &proxytest.Engine{URL: "http://" + ln.Addr().String()}
 	}
 	fast := mock.Options{TokenDelay: 2 * time.Millisecond, OutputLen: 8}
 	pf := fast
 	pf.Role = mock.RolePrefill
 	bad := fast
 	bad.ErrorRate, bad.ErrorStatus = 1, 503
-	prefills := []*backend{engine(pf), engine(pf)}
-	good := []*backend{engine(fast), engine(fast)}
+	prefills := []*proxytest.Engine{engine(pf), engine(pf)}
+	good := []*proxytest.Engine{engine(fast), engine(fast)}
 	broken := engine(bad)
-	l := startLB(t, prefills, append(append([]*backend{}, good...), broken), withBreaker(5, time.Minute, 1), func(c *config.Config) {
+	l := startLB(t, prefills, append(append([]*proxytest.Engine{}, good...), broken), withBreaker(5, time.Minute, 1), func(c *config.Config) {
 		c.Retry = config.Retry{MaxAttempts: 3, Initial: time.Millisecond, Max: 5 * time.Millisecond}
 		c.Server.WriteTimeout = 2 * time.Second
 		// A thousand dials at once overflow a mock's accept backlog on a
@@ -624,7 +561,7 @@ func TestFaultThousandClientsWithDisconnects(t *testing.T) {
 	noneInFlight(t, l)
 	// Every request reached the handler (each was sent whole before any
 	// hang-up) and is counted exactly once, whatever became of it.
-	if !waitFor(3*time.Second, func() bool { return metricSum(t, l, `pdlb_requests_total{route="/generate"`) == clients }) {
+	if !proxytest.WaitFor(3*time.Second, func() bool { return metricSum(t, l, `pdlb_requests_total{route="/generate"`) == clients }) {
 		t.Errorf("pdlb_requests_total sums to %v, want %d: %v", metricSum(t, l, `pdlb_requests_total{route="/generate"`), clients,
 			metricValues(t, l, "pdlb_requests_total"))
 	}
@@ -634,7 +571,7 @@ func TestFaultThousandClientsWithDisconnects(t *testing.T) {
 	if metricSum(t, l, `pdlb_retries_total{route="/generate"}`) == 0 {
 		t.Error("no retry counted although one decode answers 503")
 	}
-	for _, b := range append(append([]*backend{}, prefills...), good...) {
+	for _, b := range append(append([]*proxytest.Engine{}, prefills...), good...) {
 		if st := l.pool.Find(b.URL).Breaker().State(); st != gobreaker.StateClosed {
 			t.Errorf("%s breaker %v: client hang-ups must not count against engines", b.URL, st)
 		}
@@ -714,10 +651,10 @@ func thousandClient(addr string, stream bool, cutAfter time.Duration) (o clientO
 // the stream ends cleanly. (Today the relay's next read after that tail
 // panics in sseReader.next and takes the process down; see the report.)
 func TestFaultStreamLastEventUnterminated(t *testing.T) {
-	p := newBackend(t, sseOrJSON())
-	d := rawBackend(t, sseHead+chunk("data: {\"text\":\"a\"}\n\n")+chunk(`data: {"text":"ab"}`)+"0\r\n\r\n")
-	l := startLB(t, []*backend{p}, []*backend{d})
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
+	p := proxytest.NewEngine(t, sseOrJSON())
+	d := proxytest.RawEngine(t, sseHead+chunk("data: {\"text\":\"a\"}\n\n")+chunk(`data: {"text":"ab"}`)+"0\r\n\r\n")
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","stream":true}`)
 	if resp.StatusCode != 200 || body != "data: {\"text\":\"a\"}\n\ndata: {\"text\":\"ab\"}\n\n" {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/proxy"
 )
 
@@ -46,10 +47,10 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 	if aerr != nil {
 		r.metrics.Counter(`pdlb_admission_refused_total{status="` + strconv.Itoa(status) + `"}`).Inc()
 		if status == fasthttp.StatusTooManyRequests {
-			writeError(ctx, status, errRateLimited, "too many requests: "+aerr.Error())
+			pdlb.WriteError(ctx, status, pdlb.ErrRateLimited, "too many requests: "+aerr.Error())
 			ctx.Response.Header.Set("Retry-After", "1")
 		} else {
-			writeUnavailable(ctx, 1, "no capacity: "+aerr.Error())
+			pdlb.SetUnavailable(&ctx.Response, 1, "no capacity: "+aerr.Error())
 		}
 		lg.status, lg.err = status, aerr
 		r.logPD(&lg, start)
@@ -59,7 +60,7 @@ func (r *Router) servePD(ctx *fasthttp.RequestCtx, path string, batchAware bool)
 	req, err := parseRequest(body)
 	if err != nil {
 		release()
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, err.Error())
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, err.Error())
 		lg.status, lg.err = fasthttp.StatusBadRequest, err
 		r.logPD(&lg, start)
 		return
@@ -145,9 +146,9 @@ func (r *Router) exchange(resp *fasthttp.Response, client net.Conn, path string,
 				uerr = lastErr // retries ran out of backends: report the real failure
 			} else {
 				if status == fasthttp.StatusServiceUnavailable {
-					setUnavailable(resp, 1, msg)
+					pdlb.SetUnavailable(resp, 1, msg)
 				} else {
-					setError(resp, status, errInvalidRequest, msg)
+					pdlb.SetError(resp, status, pdlb.ErrInvalidRequest, msg)
 				}
 				lg.status, lg.err = status, errors.New(msg)
 				r.logPD(lg, start)
@@ -177,7 +178,7 @@ func (r *Router) exchange(resp *fasthttp.Response, client net.Conn, path string,
 		resp.Header.SetContentTypeBytes(lastErr.ContentType)
 		resp.SetBody(lastErr.Body)
 	} else {
-		setError(resp, status, errUpstream, lastErr.Error())
+		pdlb.SetError(resp, status, pdlb.ErrUpstream, lastErr.Error())
 	}
 	lg.status, lg.err = status, lastErr
 	r.logPD(lg, start)

@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/proxy/proxytest"
 )
 
 func TestGenerateRelaysDecodeAnswerAndInjects(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{"text":"prefill"}`))
-	d := newBackend(t, jsonAnswer(200, `{"text":"decoded","meta_info":{"id":"x"}}`))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"prefill"}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"decoded","meta_info":{"id":"x"}}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 
-	resp, body := post(t, l.URL+"/generate", `{"text":"hi","sampling_params":{"seed":18446744073709551615}}`)
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","sampling_params":{"seed":18446744073709551615}}`)
 	if resp.StatusCode != 200 || body != `{"text":"decoded","meta_info":{"id":"x"}}` {
 		t.Fatalf("got %d %s", resp.StatusCode, body)
 	}
@@ -23,8 +25,8 @@ func TestGenerateRelaysDecodeAnswerAndInjects(t *testing.T) {
 		t.Error("no X-Request-ID echoed")
 	}
 	// The prefill leg runs concurrently with the decode's answer.
-	waitFor(time.Second, func() bool { return p.count() == 1 })
-	pb, db := p.lastBody(), d.lastBody()
+	proxytest.WaitFor(time.Second, func() bool { return p.Count() == 1 })
+	pb, db := p.LastBody(), d.LastBody()
 	if string(pb) != string(db) {
 		t.Fatalf("prefill and decode got different bodies:\n%s\n%s", pb, db)
 	}
@@ -47,26 +49,26 @@ func TestGenerateRelaysDecodeAnswerAndInjects(t *testing.T) {
 	req, _ := http.NewRequest("POST", l.URL+"/generate", strings.NewReader(`{"text":"hi"}`))
 	req.Header.Set("X-Request-ID", "client-42")
 	httpResp, err := http.DefaultClient.Do(req)
-	resp2, _ := readAll(t, httpResp, err)
-	if resp2.Header.Get("X-Request-ID") != "client-42" || d.lastID() != "client-42" ||
-		!waitFor(time.Second, func() bool { return p.lastID() == "client-42" }) {
-		t.Errorf("request ID: echoed %q, decode saw %q, prefill saw %q", resp2.Header.Get("X-Request-ID"), d.lastID(), p.lastID())
+	resp2, _ := proxytest.ReadAll(t, httpResp, err)
+	if resp2.Header.Get("X-Request-ID") != "client-42" || d.LastID() != "client-42" ||
+		!proxytest.WaitFor(time.Second, func() bool { return p.LastID() == "client-42" }) {
+		t.Errorf("request ID: echoed %q, decode saw %q, prefill saw %q", resp2.Header.Get("X-Request-ID"), d.LastID(), p.LastID())
 	}
 	// One that is not plain visible ASCII is replaced: it is copied verbatim
 	// into the engines' request heads.
 	req, _ = http.NewRequest("POST", l.URL+"/generate", strings.NewReader(`{"text":"hi"}`))
 	req.Header.Set("X-Request-ID", "two words\tü")
 	httpResp, err = http.DefaultClient.Do(req)
-	resp3, _ := readAll(t, httpResp, err)
-	if id := resp3.Header.Get("X-Request-ID"); !strings.HasPrefix(id, "req-") || d.lastID() != id {
-		t.Errorf("request ID not replaced: echoed %q, decode saw %q", id, d.lastID())
+	resp3, _ := proxytest.ReadAll(t, httpResp, err)
+	if id := resp3.Header.Get("X-Request-ID"); !strings.HasPrefix(id, "req-") || d.LastID() != id {
+		t.Errorf("request ID not replaced: echoed %q, decode saw %q", id, d.LastID())
 	}
 }
 
 func TestBadInputNeverReachesABackend(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{}`))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	cases := []struct {
 		name, method, path, body string
 		status                   int
@@ -94,7 +96,7 @@ func TestBadInputNeverReachesABackend(t *testing.T) {
 			if resp.StatusCode() != c.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode(), c.status, resp.Body())
 			}
-			var e errorBody
+			var e proxytest.ErrorBody
 			if err := json.Unmarshal(resp.Body(), &e); err != nil || e.Error.Message == "" || e.Error.Code != c.status {
 				t.Fatalf("not the JSON error shape: %s", resp.Body())
 			}
@@ -103,14 +105,14 @@ func TestBadInputNeverReachesABackend(t *testing.T) {
 	t.Run("too large", func(t *testing.T) {
 		// Announce a body over limits.max_body_bytes: pdlb must refuse it
 		// from the header, without reading (or waiting for) the body.
-		resp, b := rawRequest(t, l, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{\"text\":\"")
-		var e errorBody
+		resp, b := proxytest.RawRequest(t, l.URL, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{\"text\":\"")
+		var e proxytest.ErrorBody
 		if resp.StatusCode != 413 || json.Unmarshal([]byte(b), &e) != nil || e.Error.Code != 413 {
 			t.Fatalf("got %d %s", resp.StatusCode, b)
 		}
 	})
-	if p.count()+d.count() != 0 {
-		t.Fatalf("bad input reached the backends (%d, %d)", p.count(), d.count())
+	if p.Count()+d.Count() != 0 {
+		t.Fatalf("bad input reached the backends (%d, %d)", p.Count(), d.Count())
 	}
 }
 
@@ -124,11 +126,11 @@ func TestLargeEngineResponseHeadIsRead(t *testing.T) {
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"text":"ok"}`)
 	}
-	p := newBackend(t, handler)
-	d := newBackend(t, handler)
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, handler)
+	d := proxytest.NewEngine(t, handler)
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	for i := 0; i < 3; i++ {
-		if resp, body := post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 200 || body != `{"text":"ok"}` {
+		if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 200 || body != `{"text":"ok"}` {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
 	}

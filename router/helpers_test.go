@@ -1,98 +1,26 @@
 package router
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"io"
-	"net"
-	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/proxy/proxytest"
 )
 
-// backend is a real loopback engine written for the tests: it records what
-// it received and counts closed connections.
-type backend struct {
-	t      *testing.T
-	ln     net.Listener
-	srv    *fasthttp.Server
-	URL    string
-	mu     sync.Mutex
-	bodies [][]byte
-	paths  []string
-	ids    []string      // X-Request-ID of each request
-	closed chan struct{} // one value per closed connection
-}
-
-func newBackend(t *testing.T, h fasthttp.RequestHandler) *backend {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{t: t, ln: ln, URL: "http://" + ln.Addr().String(), closed: make(chan struct{}, 1024)}
-	b.srv = &fasthttp.Server{
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			b.mu.Lock()
-			b.bodies = append(b.bodies, append([]byte(nil), ctx.PostBody()...))
-			b.paths = append(b.paths, string(ctx.Path()))
-			b.ids = append(b.ids, string(ctx.Request.Header.Peek("X-Request-ID")))
-			b.mu.Unlock()
-			h(ctx)
-		},
-		ConnState: func(_ net.Conn, s fasthttp.ConnState) {
-			if s == fasthttp.StateClosed {
-				b.closed <- struct{}{}
-			}
-		},
-		CloseOnShutdown: true,
-		Logger:          quietLogger{},
-	}
-	go b.srv.Serve(ln)
-	t.Cleanup(func() { b.srv.Shutdown() })
-	return b
-}
-
-func (b *backend) lastBody() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.bodies) == 0 {
-		return nil
-	}
-	return b.bodies[len(b.bodies)-1]
-}
-
-func (b *backend) count() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.bodies)
-}
-
-// waitClosed waits for one connection close seen by the backend.
-func (b *backend) waitClosed(d time.Duration) bool {
-	select {
-	case <-b.closed:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// lb is a pdlb router on a real loopback listener.
+// lb is a Router on a real loopback listener, in front of real engines.
+// It is built from its parts as cmd/pdlb/service builds it (backends with
+// breakers, the pool, metrics), without the registry, health checks or
+// the admin API: their tests are the service package's.
 type lb struct {
 	URL    string
 	router *Router
 	pool   *proxy.Pool
-	svc    *Service
 }
 
 type lbOption func(*config.Config)
@@ -108,21 +36,23 @@ func testConfig() config.Config {
 	return c
 }
 
-func startLB(t *testing.T, prefills []*backend, decodes []*backend, opts ...lbOption) *lb {
-	t.Helper()
-	log := zerolog.New(io.Discard)
+func testLog(t *testing.T) zerolog.Logger {
 	if testing.Verbose() {
-		log = zerolog.New(zerolog.NewTestWriter(t))
+		return zerolog.New(zerolog.NewTestWriter(t))
 	}
-	return startLBWithLog(t, prefills, decodes, log, opts...)
+	return zerolog.New(io.Discard)
 }
 
-func startLBWithLog(t *testing.T, prefills []*backend, decodes []*backend, log zerolog.Logger, opts ...lbOption) *lb {
+func startLB(t *testing.T, prefills, decodes []*proxytest.Engine, opts ...lbOption) *lb {
+	t.Helper()
+	return startLBWithLog(t, prefills, decodes, testLog(t), opts...)
+}
+
+func startLBWithLog(t *testing.T, prefills, decodes []*proxytest.Engine, log zerolog.Logger, opts ...lbOption) *lb {
 	t.Helper()
 	cfg := testConfig()
-	port := 8998
 	for _, p := range prefills {
-		cfg.Prefill = append(cfg.Prefill, config.Prefill{URL: p.URL, BootstrapPort: &port})
+		cfg.Prefill = append(cfg.Prefill, config.Prefill{URL: p.URL})
 	}
 	for _, d := range decodes {
 		cfg.Decode = append(cfg.Decode, config.Decode{URL: d.URL})
@@ -130,155 +60,35 @@ func startLBWithLog(t *testing.T, prefills []*backend, decodes []*backend, log z
 	for _, o := range opts {
 		o(&cfg)
 	}
-	svc, err := NewService(&cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
-	return &lb{URL: "http://" + svc.Addr(), router: svc.Router, pool: svc.Pool, svc: svc}
-}
-
-// jsonAnswer is a handler answering a fixed JSON body.
-func jsonAnswer(status int, body string) fasthttp.RequestHandler {
-	return func(ctx *fasthttp.RequestCtx) {
-		ctx.SetStatusCode(status)
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(body)
-	}
-}
-
-func post(t *testing.T, url, body string) (*http.Response, string) {
-	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	return readAll(t, resp, err)
-}
-
-// readAll reads and closes a client response.
-func readAll(t *testing.T, resp *http.Response, err error) (*http.Response, string) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
-}
-
-// rawRequest writes raw bytes on a fresh connection to pdlb and reads the
-// answer: for requests no well-behaved client would send.
-func rawRequest(t *testing.T, l *lb, raw string) (*http.Response, string) {
-	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.Write([]byte(raw))
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	return readAll(t, resp, err)
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
-
-// rawBackend answers every request on a connection with raw bytes and then
-// closes the connection: for answers no well-behaved server would send.
-func rawBackend(t *testing.T, raw string) *backend {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{t: t, ln: ln, URL: "http://" + ln.Addr().String(), closed: make(chan struct{}, 1024)}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				body, _ := io.ReadAll(req.Body)
-				b.mu.Lock()
-				b.bodies = append(b.bodies, body)
-				b.paths = append(b.paths, req.URL.Path)
-				b.mu.Unlock()
-				c.Write([]byte(raw))
-			}()
+	pool := proxy.NewPool(nil)
+	metrics := NewMetrics(pool)
+	port := 8998
+	add := func(url string, role proxy.Role) {
+		b, err := proxy.NewBackend(url, role, cfg.Timeouts.Connect)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return b
-}
-
-func (b *backend) lastPath() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.paths) == 0 {
-		return ""
-	}
-	return b.paths[len(b.paths)-1]
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+		if role == proxy.Prefill {
+			b.SetBootstrap(&port, "", config.DefaultBootstrapPort)
 		}
-		time.Sleep(2 * time.Millisecond)
+		if cfg.Breaker.Enabled {
+			b.SetBreaker(proxy.NewBreaker(role.String()+" "+url, cfg.Breaker, log, metrics.BreakerChange))
+		}
+		pool.Add(b)
+		t.Cleanup(b.Close)
 	}
-	return true
-}
-
-func get(t *testing.T, url string) (*http.Response, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	return readAll(t, resp, err)
-}
-
-func (b *backend) allBodies() [][]byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([][]byte(nil), b.bodies...)
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]byte(nil), s.b.Bytes()...)
-}
-
-func (b *backend) lastID() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.ids) == 0 {
-		return ""
+	for _, p := range cfg.Prefill {
+		add(p.URL, proxy.Prefill)
 	}
-	return b.ids[len(b.ids)-1]
+	for _, d := range cfg.Decode {
+		add(d.URL, proxy.Decode)
+	}
+	r := New(Options{Settings: SettingsFrom(&cfg), Pool: pool, Metrics: metrics, Log: log})
+	if cfg.Metrics.Enabled {
+		r.Handle("GET", "/metrics", metrics.Handler)
+	}
+	ln := proxytest.Listen(t, "127.0.0.1:0")
+	go r.Serve(ln)
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	return &lb{URL: "http://" + ln.Addr().String(), router: r, pool: pool}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/proxy"
 )
 
@@ -50,7 +51,7 @@ func (r *Router) broadcast(method, path string) fasthttp.RequestHandler {
 				status = fasthttp.StatusBadGateway
 			}
 		}
-		writeJSON(ctx, status, map[string]any{"results": results})
+		pdlb.WriteJSON(ctx, status, map[string]any{"results": results})
 	}
 }
 
@@ -98,16 +99,16 @@ func (r *Router) fromFirstPrefill(path string) fasthttp.RequestHandler {
 			}
 		}
 		if chosen == nil {
-			writeUnavailable(ctx, 1, "no prefill backend available to answer "+path)
+			pdlb.SetUnavailable(&ctx.Response, 1, "no prefill backend available to answer "+path)
 			return
 		}
 		out, err := chosen.Call(fasthttp.MethodGet, path, nil, infoTimeout)
 		if err != nil {
-			writeUnavailable(ctx, 1, "failed to get "+path+" from "+chosen.URL+": "+err.Error())
+			pdlb.SetUnavailable(&ctx.Response, 1, "failed to get "+path+" from "+chosen.URL+": "+err.Error())
 			return
 		}
 		if out.Status != fasthttp.StatusOK {
-			writeError(ctx, fasthttp.StatusBadGateway, errUpstream, "prefill "+chosen.URL+" answered "+
+			pdlb.WriteError(ctx, fasthttp.StatusBadGateway, pdlb.ErrUpstream, "prefill "+chosen.URL+" answered "+
 				strconv.Itoa(out.Status)+" to "+path+": "+string(capBody(out.Body)))
 			return
 		}
@@ -163,16 +164,5 @@ func (r *Router) serverInfo(ctx *fasthttp.RequestCtx) {
 	if states.Len() > 0 {
 		internal = json.RawMessage("[" + states.String() + "]")
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"internal_states": internal, "prefill": prefill, "decode": decode})
-}
-
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		writeError(ctx, fasthttp.StatusInternalServerError, errUpstream, "encoding answer: "+err.Error())
-		return
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(body)
+	pdlb.WriteJSON(ctx, fasthttp.StatusOK, map[string]any{"internal_states": internal, "prefill": prefill, "decode": decode})
 }

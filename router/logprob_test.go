@@ -5,29 +5,31 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"pdlb/proxy/proxytest"
 )
 
 func TestLogprobMergeNonStream(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{"meta_info":{"input_token_logprobs":[[-0.1,1,null],[-0.2,2,null]]}}`))
-	d := newBackend(t, jsonAnswer(200, `{"text":"x","meta_info":{"id":"d","input_token_logprobs":[[-0.3,3,null]],"output_token_logprobs":[[-1,9,null]]}}`))
-	l := startLB(t, []*backend{p}, []*backend{d})
-	_, body := post(t, l.URL+"/generate", `{"text":"hi","return_logprob":true}`)
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"meta_info":{"input_token_logprobs":[[-0.1,1,null],[-0.2,2,null]]}}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"x","meta_info":{"id":"d","input_token_logprobs":[[-0.3,3,null]],"output_token_logprobs":[[-1,9,null]]}}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
+	_, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","return_logprob":true}`)
 	want := `{"text":"x","meta_info":{"id":"d","input_token_logprobs":[[-0.1,1,null],[-0.2,2,null],[-0.3,3,null]],"output_token_logprobs":[[-1,9,null]]}}`
 	if body != want {
 		t.Fatalf("\n got %s\nwant %s", body, want)
 	}
 	// Without return_logprob the decode answer is untouched.
-	_, body = post(t, l.URL+"/generate", `{"text":"hi"}`)
+	_, body = proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	if !strings.Contains(body, `"input_token_logprobs":[[-0.3,3,null]]`) {
 		t.Fatalf("merged without return_logprob: %s", body)
 	}
 }
 
 func TestLogprobMergeBatch(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `[{"meta_info":{"input_token_logprobs":[[-0.1,1,null]]}},{"meta_info":{"input_token_logprobs":[[-0.2,2,null]]}}]`))
-	d := newBackend(t, jsonAnswer(200, `[{"meta_info":{"input_token_logprobs":[[-0.3,3,null]]}},{"meta_info":{"input_token_logprobs":[]}}]`))
-	l := startLB(t, []*backend{p}, []*backend{d})
-	_, body := post(t, l.URL+"/generate", `{"text":["a","b"],"return_logprob":true}`)
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `[{"meta_info":{"input_token_logprobs":[[-0.1,1,null]]}},{"meta_info":{"input_token_logprobs":[[-0.2,2,null]]}}]`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `[{"meta_info":{"input_token_logprobs":[[-0.3,3,null]]}},{"meta_info":{"input_token_logprobs":[]}}]`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
+	_, body := proxytest.Post(t, l.URL+"/generate", `{"text":["a","b"],"return_logprob":true}`)
 	want := `[{"meta_info":{"input_token_logprobs":[[-0.1,1,null],[-0.3,3,null]]}},{"meta_info":{"input_token_logprobs":[[-0.2,2,null]]}}]`
 	if body != want {
 		t.Fatalf("\n got %s\nwant %s", body, want)
@@ -37,12 +39,12 @@ func TestLogprobMergeBatch(t *testing.T) {
 func TestLogprobMergeStream(t *testing.T) {
 	// The prefill streams its first event and then keeps going: only the
 	// first event may be read before the decode relay starts.
-	p := newBackend(t, sseEngine([]string{`{"meta_info":{"input_token_logprobs":[[-0.1,1,null]]}}`, `{"late":true}`}, 0, false))
-	d := newBackend(t, sseEngine([]string{
+	p := proxytest.NewEngine(t, sseEngine([]string{`{"meta_info":{"input_token_logprobs":[[-0.1,1,null]]}}`, `{"late":true}`}, 0, false))
+	d := proxytest.NewEngine(t, sseEngine([]string{
 		`{"text":"a","meta_info":{"input_token_logprobs":[[-0.3,3,null]]}}`,
 		`{"text":"ab","meta_info":{"input_token_logprobs":[]}}`,
 	}, 0, false))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	resp, err := http.Post(l.URL+"/generate", "application/json", strings.NewReader(`{"text":"hi","stream":true,"return_logprob":true}`))
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"pdlb/proxy/leakcheck"
+	"pdlb/proxy/proxytest"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: every
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	// their goroutines); they are the test's, not pdlb's.
 	http.DefaultClient.CloseIdleConnections()
 	if code == 0 {
-		if err := goleak.Find(leakcheck.Background()...); err != nil {
+		if err := goleak.Find(proxytest.IgnoredGoroutines()...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -154,3 +154,14 @@ func (m *Metrics) Handler(ctx *fasthttp.RequestCtx) {
 	m.set.WritePrometheus(ctx)
 	metrics.WriteProcessMetrics(ctx)
 }
+
+// observeAdmission writes the admission gate's gauges at scrape time.
+func (m *Metrics) observeAdmission(a *Admission) {
+	if m == nil {
+		return
+	}
+	m.AddWriter(func(w io.Writer) {
+		metrics.WriteGaugeUint64(w, "pdlb_admission_in_flight", uint64(a.InFlight()))
+		metrics.WriteGaugeUint64(w, "pdlb_admission_queued", uint64(a.Queued()))
+	})
+}

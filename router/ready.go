@@ -1,11 +1,11 @@
 package router
 
 import (
-	"crypto/subtle"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/proxy"
 )
 
@@ -38,27 +38,10 @@ func (r *Router) readiness(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if len(missing) > 0 {
-		writeUnavailable(ctx, 1, "not ready: "+strings.Join(missing, "; "))
+		pdlb.SetUnavailable(&ctx.Response, 1, "not ready: "+strings.Join(missing, "; "))
 		return
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("application/json")
 	ctx.SetBodyString(`{"status":"ready"}`)
-}
-
-// SetDraining flips readiness to 503 (SIGTERM: load balancers in front stop
-// sending while in-flight requests finish).
-func (r *Router) SetDraining(v bool) { r.draining.Store(v) }
-
-// authorized checks "Authorization: Bearer <key>" in constant time.
-func authorized(ctx *fasthttp.RequestCtx, key string) bool {
-	if key == "" {
-		return true
-	}
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	const prefix = "Bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(b2s(h[:len(prefix)]), prefix) {
-		return false
-	}
-	return subtle.ConstantTimeCompare(h[len(prefix):], []byte(key)) == 1
 }

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
 )
@@ -26,9 +29,9 @@ type Settings struct {
 	InfoWait time.Duration
 }
 
-// Router holds everything the handlers need; cmd/pdlb builds one.
+// Router serves the client-facing routes; cmd/pdlb/service builds one.
 type Router struct {
-	settings atomic.Pointer[Settings]
+	settings atomic.Pointer[liveSettings]
 	pool     *proxy.Pool
 	proxy    *proxy.Proxy
 	selector Selector
@@ -38,8 +41,8 @@ type Router struct {
 	admission *Admission
 	log       zerolog.Logger
 	now       func() time.Time
-	started   time.Time
 	table     map[string]route
+	server    *fasthttp.Server
 	draining  atomic.Bool
 	// streams counts relays running on hijacked connections, which
 	// fasthttp's Shutdown does not wait for.
@@ -50,37 +53,63 @@ type Router struct {
 type Options struct {
 	Settings Settings
 	Pool     *proxy.Pool
-	Proxy    *proxy.Proxy
 	// Selector defaults to RandomSelector.
 	Selector Selector
 	// Info answers DP-rank questions about prefills; nil disables rank checks.
 	Info InfoSource
 	// Metrics records request series; nil disables them.
 	Metrics *Metrics
-	// Admission defaults to no cap.
-	Admission *Admission
-	Log       zerolog.Logger
+	Log     zerolog.Logger
 }
 
-// New builds a Router.
+// New builds a Router, its proxy and its admission gate from o.Settings.
 func New(o Options) *Router {
-	r := &Router{pool: o.Pool, proxy: o.Proxy, selector: o.Selector, info: o.Info, metrics: o.Metrics, admission: o.Admission, log: o.Log, now: time.Now}
-	if r.admission == nil {
-		r.admission = NewAdmission(0, 0, 0)
-	}
+	r := &Router{pool: o.Pool, selector: o.Selector, info: o.Info, metrics: o.Metrics, log: o.Log, now: time.Now}
 	if r.selector == nil {
 		r.selector = RandomSelector{}
 	}
-	r.started = r.now()
-	r.SetSettings(o.Settings)
+	lim := o.Settings.Limits
+	r.admission = NewAdmission(lim.MaxConcurrentRequests, lim.QueueSize, lim.QueueTimeout)
+	r.proxy = proxy.New(o.Settings.Timeout, o.Log)
+	r.settings.Store(newLiveSettings(o.Settings))
 	r.table = r.buildRoutes()
+	r.server = r.newServer()
+	r.metrics.observeAdmission(r.admission)
 	return r
 }
 
-// SetSettings swaps the settings (hot reload).
-func (r *Router) SetSettings(s Settings) { r.settings.Store(&s) }
+// Apply puts what a reload changes into force for new requests: settings,
+// leg timeouts and admission limits. Requests in flight keep theirs.
+func (r *Router) Apply(s Settings) {
+	r.settings.Store(newLiveSettings(s))
+	r.proxy.SetTimeouts(s.Timeout)
+	r.admission.SetLimits(s.Limits.MaxConcurrentRequests, s.Limits.QueueSize, s.Limits.QueueTimeout)
+}
 
-func (r *Router) cfg() *Settings { return r.settings.Load() }
+// liveSettings are the settings in force with what is derived from them.
+type liveSettings struct {
+	Settings
+	// auth checks server.api_key.
+	auth pdlb.Bearer
+}
+
+func newLiveSettings(s Settings) *liveSettings {
+	return &liveSettings{Settings: s, auth: pdlb.NewBearer("server.api_key", s.Server.APIKey)}
+}
+
+func (r *Router) cfg() *liveSettings { return r.settings.Load() }
+
+// Settings returns the settings in force.
+func (r *Router) Settings() Settings { return r.cfg().Settings }
+
+// SettingsFrom picks the request path's settings out of a config.
+func SettingsFrom(cfg *config.Config) Settings {
+	st := Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait}
+	if cfg.Bootstrap.Mode == "embedded" {
+		st.AdvertiseHost = cfg.Bootstrap.AdvertiseHost
+	}
+	return st
+}
 
 // route is one entry of the route table.
 type route struct {
@@ -97,18 +126,16 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	path := b2s(ctx.Path())
 	rt, ok := r.table[path]
 	if !ok {
-		writeError(ctx, fasthttp.StatusNotFound, errNotFound, "no route for "+path)
+		pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "no route for "+path)
 		return
 	}
 	m := b2s(ctx.Method())
 	if m != rt.method && !(rt.method == fasthttp.MethodGet && m == fasthttp.MethodHead) {
 		ctx.Response.Header.Set("Allow", rt.method)
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, errInvalidRequest, "method "+m+" not allowed on "+path+"; use "+rt.method)
+		pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest, "method "+m+" not allowed on "+path+"; use "+rt.method)
 		return
 	}
-	if !rt.open && !authorized(ctx, r.cfg().Server.APIKey) {
-		writeError(ctx, fasthttp.StatusUnauthorized, errAuth, "missing or wrong API key: send Authorization: Bearer <server.api_key>")
-		ctx.Response.Header.Set("WWW-Authenticate", "Bearer")
+	if !rt.open && !r.cfg().auth.Check(ctx) {
 		return
 	}
 	if rt.pd {
@@ -145,8 +172,22 @@ func (r *Router) buildRoutes() map[string]route {
 	return t
 }
 
-// WaitStreams waits for relayed streams to end, or for done to close.
-func (r *Router) WaitStreams(done <-chan struct{}) bool {
+// Serve answers on ln until Shutdown.
+func (r *Router) Serve(ln net.Listener) error { return r.server.Serve(ln) }
+
+// Shutdown drains: readiness turns 503, the listener closes, and in-flight
+// requests and streams finish until ctx ends.
+func (r *Router) Shutdown(ctx context.Context) error {
+	r.draining.Store(true)
+	err := r.server.ShutdownWithContext(ctx)
+	if !r.waitStreams(ctx.Done()) && err == nil {
+		err = ctx.Err()
+	}
+	return err
+}
+
+// waitStreams waits for relayed streams to end, or for done to close.
+func (r *Router) waitStreams(done <-chan struct{}) bool {
 	ended := make(chan struct{})
 	go func() { r.streams.Wait(); close(ended) }()
 	select {

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb"
 )
 
-// NewServer builds the client-facing fasthttp server with the limits that
+// newServer builds the client-facing fasthttp server with the limits that
 // protect pdlb from slow or hostile clients.
-func (r *Router) NewServer() *fasthttp.Server {
+func (r *Router) newServer() *fasthttp.Server {
 	cfg := r.cfg()
 	return &fasthttp.Server{
 		Handler:        r.Handler,
@@ -35,14 +37,14 @@ func (r *Router) NewServer() *fasthttp.Server {
 func (r *Router) serverError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, errInvalidRequest,
+		pdlb.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, pdlb.ErrInvalidRequest,
 			"request body larger than limits.max_body_bytes ("+strconv.Itoa(r.cfg().Limits.MaxBodyBytes)+" bytes)")
 	case isTimeout(err):
-		writeError(ctx, fasthttp.StatusRequestTimeout, errInvalidRequest, "request not received in time")
+		pdlb.WriteError(ctx, fasthttp.StatusRequestTimeout, pdlb.ErrInvalidRequest, "request not received in time")
 	case isHeaderTooLarge(err):
-		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, errInvalidRequest, "request headers larger than server.max_header_bytes")
+		pdlb.WriteError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, pdlb.ErrInvalidRequest, "request headers larger than server.max_header_bytes")
 	default:
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "malformed HTTP request: "+err.Error())
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "malformed HTTP request: "+err.Error())
 	}
 	r.log.Warn().Err(err).Str("remote", ctx.RemoteAddr().String()).Msg("refused malformed request")
 }

@@ -12,26 +12,27 @@ import (
 	"github.com/rs/zerolog"
 
 	"pdlb/config"
+	"pdlb/proxy/proxytest"
 )
 
 func TestHeaderTooLargeIs431(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{}`))
-	l := startLB(t, []*backend{p}, []*backend{d}, func(c *config.Config) { c.Server.MaxHeaderBytes = 4096 })
-	resp, b := rawRequest(t, l, "POST /generate HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 8192)+"\r\nContent-Length: 2\r\n\r\n{}")
-	var e errorBody
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, func(c *config.Config) { c.Server.MaxHeaderBytes = 4096 })
+	resp, b := proxytest.RawRequest(t, l.URL, "POST /generate HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 8192)+"\r\nContent-Length: 2\r\n\r\n{}")
+	var e proxytest.ErrorBody
 	if resp.StatusCode != 431 || json.Unmarshal([]byte(b), &e) != nil || e.Error.Code != 431 {
 		t.Fatalf("got %d %s", resp.StatusCode, b)
 	}
-	if p.count()+d.count() != 0 {
+	if p.Count()+d.Count() != 0 {
 		t.Fatal("reached a backend")
 	}
 }
 
 func TestSlowClientIsCutByReadTimeout(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{}`))
-	l := startLB(t, []*backend{p}, []*backend{d}, func(c *config.Config) { c.Server.ReadTimeout = 300 * time.Millisecond })
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, func(c *config.Config) { c.Server.ReadTimeout = 300 * time.Millisecond })
 	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -45,17 +46,17 @@ func TestSlowClientIsCutByReadTimeout(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Fatalf("slow client held the connection for %v with a 300ms read timeout", el)
 	}
-	if p.count()+d.count() != 0 {
+	if p.Count()+d.Count() != 0 {
 		t.Fatal("a half-sent request reached a backend")
 	}
 }
 
 func TestOneLogLinePerRequest(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{"ok":1}`))
-	var buf syncBuffer
-	l := startLBWithLog(t, []*backend{p}, []*backend{d}, zerolog.New(&buf))
-	post(t, l.URL+"/generate", `{"text":"hi"}`)
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"ok":1}`))
+	var buf proxytest.SyncBuffer
+	l := startLBWithLog(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, zerolog.New(&buf))
+	proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	var line map[string]any
 	for _, raw := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
 		var m map[string]any

@@ -11,8 +11,8 @@ import (
 
 	"pdlb"
 	"pdlb/bench/mock"
+	"pdlb/cmd/pdlb/service"
 	"pdlb/config"
-	"pdlb/router"
 )
 
 // The demo's prefill has two DP ranks, so the DP-rank rules are exercised
@@ -40,7 +40,7 @@ func demo(args []string) error {
 			e.Shutdown()
 		}
 	}()
-	svc, err := router.NewService(cfg, log)
+	svc, err := service.New(cfg, log)
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"pdlb/cmd/pdlb/service"
 	"pdlb/config"
-	"pdlb/router"
 )
 
 // loadConfig runs Load+Validate; a bad config is exit code 2 with one line.
@@ -48,7 +48,7 @@ func serve(args []string) error {
 	if sa.PprofAddr != "" {
 		startPprof(sa.PprofAddr)
 	}
-	svc, err := router.NewService(cfg, log)
+	svc, err := service.New(cfg, log)
 	if err != nil {
 		return &exitError{2, err}
 	}

@@ -1,8 +1,7 @@
-package router
+package service
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/proxy"
 )
 
@@ -26,10 +26,10 @@ type BuildFunc func(url string, role proxy.Role, bootstrapPort *int) (*proxy.Bac
 // workers at runtime. Its path is not the request path, so it favours
 // clarity (encoding/json, a mutex) over allocation-free code.
 type Admin struct {
-	pool   *proxy.Pool
-	build  BuildFunc
-	apiKey []byte
-	log    zerolog.Logger
+	pool  *proxy.Pool
+	build BuildFunc
+	auth  pdlb.Bearer
+	log   zerolog.Logger
 
 	// mu makes find-then-add atomic (two POSTs of one URL: one 201, one 409)
 	// and guards draining.
@@ -63,9 +63,7 @@ func NewAdmin(pool *proxy.Pool, build BuildFunc, apiKey string, log zerolog.Logg
 		drainPoll: 100 * time.Millisecond,
 		drainMax:  10 * time.Minute,
 		stop:      make(chan struct{}),
-	}
-	if apiKey != "" {
-		a.apiKey = []byte("Bearer " + apiKey)
+		auth:      pdlb.NewBearer("admin.api_key", apiKey),
 	}
 	return a
 }
@@ -100,13 +98,11 @@ type addRequest struct {
 
 // Handler is the admin listener's fasthttp entry point.
 func (a *Admin) Handler(ctx *fasthttp.RequestCtx) {
-	if a.apiKey != nil && subtle.ConstantTimeCompare(ctx.Request.Header.Peek("Authorization"), a.apiKey) != 1 {
-		writeError(ctx, fasthttp.StatusUnauthorized, errAuth, "missing or wrong API key: send Authorization: Bearer <admin.api_key>")
-		ctx.Response.Header.Set("WWW-Authenticate", "Bearer")
+	if !a.authorized(ctx) {
 		return
 	}
 	if path := string(ctx.Path()); path != "/workers" {
-		writeError(ctx, fasthttp.StatusNotFound, errNotFound, "no admin route for "+path)
+		pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "no admin route for "+path)
 		return
 	}
 	switch string(ctx.Method()) {
@@ -118,10 +114,13 @@ func (a *Admin) Handler(ctx *fasthttp.RequestCtx) {
 		a.remove(ctx)
 	default:
 		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, errInvalidRequest,
+		pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest,
 			"method "+string(ctx.Method())+" not allowed on /workers; use GET, POST or DELETE")
 	}
 }
+
+// authorized checks admin.api_key, answering 401 when it is missing.
+func (a *Admin) authorized(ctx *fasthttp.RequestCtx) bool { return a.auth.Check(ctx) }
 
 // list answers GET /workers: prefills, decodes, then backends still draining.
 func (a *Admin) list(ctx *fasthttp.RequestCtx) {
@@ -136,7 +135,7 @@ func (a *Admin) list(ctx *fasthttp.RequestCtx) {
 		out = append(out, a.worker(b))
 	}
 	a.mu.Unlock()
-	writeJSON(ctx, fasthttp.StatusOK, out)
+	pdlb.WriteJSON(ctx, fasthttp.StatusOK, out)
 }
 
 // add answers POST /workers.
@@ -147,29 +146,29 @@ func (a *Admin) add(ctx *fasthttp.RequestCtx) {
 	// silently add a prefill without its bootstrap port.
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "body: "+jsonProblem(err))
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "body: "+jsonProblem(err))
 		return
 	}
 	if dec.More() {
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "body: more than one JSON value")
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "body: more than one JSON value")
 		return
 	}
 	role, msg := parseRole(req.Role)
 	if msg != "" {
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, msg)
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, msg)
 		return
 	}
 	if msg := checkURL(req.URL); msg != "" {
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, msg)
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, msg)
 		return
 	}
 	if p := req.BootstrapPort; p != nil {
 		if role != proxy.Prefill {
-			writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "bootstrap_port: only prefill workers have one")
+			pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "bootstrap_port: only prefill workers have one")
 			return
 		}
 		if *p < 1 || *p > 65535 {
-			writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, fmt.Sprintf("bootstrap_port: %d is not a port (1-65535)", *p))
+			pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, fmt.Sprintf("bootstrap_port: %d is not a port (1-65535)", *p))
 			return
 		}
 	}
@@ -178,18 +177,18 @@ func (a *Admin) add(ctx *fasthttp.RequestCtx) {
 	defer a.mu.Unlock()
 	// Backends keep URLs without the trailing slash; compare the same way.
 	if old := a.pool.Find(strings.TrimRight(req.URL, "/")); old != nil {
-		writeError(ctx, fasthttp.StatusConflict, errInvalidRequest,
+		pdlb.WriteError(ctx, fasthttp.StatusConflict, pdlb.ErrInvalidRequest,
 			"url: "+old.URL+" is already a "+old.Role.String()+" worker; DELETE it first")
 		return
 	}
 	b, err := a.build(req.URL, role, req.BootstrapPort)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "url: "+err.Error())
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "url: "+err.Error())
 		return
 	}
 	a.pool.Add(b)
 	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Msg("worker added via admin API")
-	writeJSON(ctx, fasthttp.StatusCreated, a.worker(b))
+	pdlb.WriteJSON(ctx, fasthttp.StatusCreated, a.worker(b))
 }
 
 // remove answers DELETE /workers?url=…: the backend leaves selection now,
@@ -198,15 +197,15 @@ func (a *Admin) add(ctx *fasthttp.RequestCtx) {
 func (a *Admin) remove(ctx *fasthttp.RequestCtx) {
 	raw := string(ctx.QueryArgs().Peek("url"))
 	if raw == "" {
-		writeError(ctx, fasthttp.StatusBadRequest, errInvalidRequest, "url: query parameter required (DELETE /workers?url=http://host:port)")
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "url: query parameter required (DELETE /workers?url=http://host:port)")
 		return
 	}
 	b := a.pool.Find(strings.TrimRight(raw, "/"))
 	if b == nil || !a.Drain(b) {
-		writeError(ctx, fasthttp.StatusNotFound, errNotFound, "url: no worker "+raw)
+		pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "url: no worker "+raw)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusAccepted, a.worker(b))
+	pdlb.WriteJSON(ctx, fasthttp.StatusAccepted, a.worker(b))
 }
 
 // Drain takes b out of the pool and drains it: no new requests, in-flight

@@ -1,4 +1,4 @@
-package router
+package service
 
 import (
 	"net"
@@ -8,20 +8,21 @@ import (
 
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/proxy/proxytest"
 )
 
 // TestDrainedPrefillRetiresItsRegistryListener: in embedded mode a prefill
 // removed at runtime gives its bootstrap port back once it is drained.
 func TestDrainedPrefillRetiresItsRegistryListener(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{}`))
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	l := startLB(t, nil, []*backend{d}, func(c *config.Config) {
+	l := startLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {
 		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
 		c.Prefill = []config.Prefill{{URL: p.URL, BootstrapPort: &port}}
 	})
@@ -35,7 +36,7 @@ func TestDrainedPrefillRetiresItsRegistryListener(t *testing.T) {
 	if !l.svc.admin.Drain(b) {
 		t.Fatal("drain refused")
 	}
-	if !waitFor(3*time.Second, func() bool {
+	if !proxytest.WaitFor(3*time.Second, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -49,10 +50,10 @@ func TestDrainedPrefillRetiresItsRegistryListener(t *testing.T) {
 // TestReloadMovesARegistryListener: a reload that changes a prefill's
 // bootstrap_port serves the new port's namespace and retires the old one.
 func TestReloadMovesARegistryListener(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{}`))
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	oldPort, newPort := freePort(t), freePort(t)
-	l := startLB(t, nil, []*backend{d}, func(c *config.Config) {
+	l := startLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {
 		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
 		c.Prefill = []config.Prefill{{URL: p.URL, BootstrapPort: &oldPort}}
 	})
@@ -71,7 +72,7 @@ func TestReloadMovesARegistryListener(t *testing.T) {
 	if err := l.svc.Apply(&cp); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(3*time.Second, func() bool { return listening(newPort) && !listening(oldPort) }) {
+	if !proxytest.WaitFor(3*time.Second, func() bool { return listening(newPort) && !listening(oldPort) }) {
 		t.Fatalf("after the reload: new port %d listening %v, old port %d listening %v",
 			newPort, listening(newPort), oldPort, listening(oldPort))
 	}

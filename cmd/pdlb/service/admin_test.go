@@ -1,4 +1,4 @@
-package router
+package service
 
 import (
 	"encoding/json"
@@ -10,11 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"pdlb"
+
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/proxy/proxytest"
 )
 
 // adminServer is an Admin on a real loopback listener.
@@ -35,7 +38,7 @@ func startAdmin(t *testing.T, pool *proxy.Pool, build BuildFunc, apiKey string) 
 	if build == nil {
 		cfg := testConfig()
 		cfg.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 5, OpenTimeout: time.Minute, HalfOpenMaxRequests: 1}
-		svc, err := NewService(&cfg, log)
+		svc, err := New(&cfg, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +53,7 @@ func startAdmin(t *testing.T, pool *proxy.Pool, build BuildFunc, apiKey string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: a.Handler, Logger: quietLogger{}}
+	srv := &fasthttp.Server{Handler: a.Handler, Logger: proxytest.QuietLogger{}}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
 		srv.Shutdown()
@@ -110,7 +113,7 @@ func decodeWorker(t *testing.T, body string) Worker {
 
 func errorMessage(t *testing.T, body string) (int, string, string) {
 	t.Helper()
-	var e errorBody
+	var e proxytest.ErrorBody
 	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Type == "" {
 		t.Fatalf("not pdlb's JSON error shape: %v\n%s", err, body)
 	}
@@ -266,8 +269,8 @@ func TestAdminAuth(t *testing.T) {
 				if st != 401 {
 					t.Fatalf("%s %s: %d, want 401: %s", r.method, r.path, st, body)
 				}
-				if _, typ, _ := errorMessage(t, body); typ != errAuth {
-					t.Fatalf("error type %q, want %q", typ, errAuth)
+				if _, typ, _ := errorMessage(t, body); typ != pdlb.ErrAuthentication {
+					t.Fatalf("error type %q, want %q", typ, pdlb.ErrAuthentication)
 				}
 			}
 		})
@@ -286,7 +289,7 @@ func TestAdminAuth(t *testing.T) {
 // TestAdminDrainWaitsForInFlight: DELETE takes the worker out of selection
 // at once but closes its connections only after the last request is done.
 func TestAdminDrainWaitsForInFlight(t *testing.T) {
-	eng := newBackend(t, jsonAnswer(200, `{}`))
+	eng := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	s := startAdmin(t, nil, nil, "")
 	if st, body := s.do(t, "POST", "/workers", `{"role":"decode","url":"`+eng.URL+`"}`, ""); st != 201 {
 		t.Fatalf("add: %d %s", st, body)
@@ -317,15 +320,15 @@ func TestAdminDrainWaitsForInFlight(t *testing.T) {
 	if ws := s.workers(t); len(ws) != 1 || !ws[0].Draining || ws[0].URL != eng.URL {
 		t.Fatalf("GET /workers during drain = %+v, want the draining worker", ws)
 	}
-	if eng.waitClosed(100 * time.Millisecond) {
+	if eng.WaitClosed(100 * time.Millisecond) {
 		t.Fatal("connections closed while a request was still in flight")
 	}
 
 	ticket.Done(nil)
-	if !eng.waitClosed(2 * time.Second) {
+	if !eng.WaitClosed(2 * time.Second) {
 		t.Fatal("idle connection not closed after the last request finished")
 	}
-	if !waitFor(2*time.Second, func() bool { return len(s.workers(t)) == 0 }) {
+	if !proxytest.WaitFor(2*time.Second, func() bool { return len(s.workers(t)) == 0 }) {
 		t.Fatalf("drained worker still listed: %+v", s.workers(t))
 	}
 	// The URL is free again.
@@ -338,13 +341,13 @@ func TestAdminDrainWaitsForInFlight(t *testing.T) {
 // it: that request completes, new ones find no decode.
 func TestAdminDrainThroughRouter(t *testing.T) {
 	release := make(chan struct{})
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, func(ctx *fasthttp.RequestCtx) {
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
 		<-release
-		jsonAnswer(200, `{"text":"slow"}`)(ctx)
+		proxytest.JSONAnswer(200, `{"text":"slow"}`)(ctx)
 	})
 	defer close(release) // unblock the handler if the test fails early
-	l := startLB(t, []*backend{p}, []*backend{d})
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	s := startAdmin(t, l.pool, nil, "")
 
 	type result struct {
@@ -362,18 +365,18 @@ func TestAdminDrainThroughRouter(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		done <- result{resp.StatusCode, string(b)}
 	}()
-	if !waitFor(2*time.Second, func() bool { return d.count() == 1 }) {
+	if !proxytest.WaitFor(2*time.Second, func() bool { return d.Count() == 1 }) {
 		t.Fatal("request never reached the decode")
 	}
 	if st, body := s.do(t, "DELETE", "/workers?url="+url.QueryEscape(d.URL), "", ""); st != 202 {
 		t.Fatalf("DELETE: %d %s", st, body)
 	}
 
-	resp, _ := post(t, l.URL+"/generate", `{"text":"after"}`)
+	resp, _ := proxytest.Post(t, l.URL+"/generate", `{"text":"after"}`)
 	if resp.StatusCode != 503 {
 		t.Fatalf("request after the drain: %d, want 503 (no decode left)", resp.StatusCode)
 	}
-	if d.count() != 1 {
+	if d.Count() != 1 {
 		t.Fatal("a new request reached the draining decode")
 	}
 
@@ -382,10 +385,10 @@ func TestAdminDrainThroughRouter(t *testing.T) {
 	if r.status != 200 || r.body != `{"text":"slow"}` {
 		t.Fatalf("in-flight request during drain: %d %s", r.status, r.body)
 	}
-	if !waitFor(2*time.Second, func() bool { return len(s.workers(t)) == 1 }) {
+	if !proxytest.WaitFor(2*time.Second, func() bool { return len(s.workers(t)) == 1 }) {
 		t.Fatalf("drain never finished: %+v", s.workers(t))
 	}
-	if !d.waitClosed(2 * time.Second) {
+	if !d.WaitClosed(2 * time.Second) {
 		t.Fatal("drained decode's connection left open")
 	}
 }

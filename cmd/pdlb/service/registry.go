@@ -1,4 +1,4 @@
-package router
+package service
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"pdlb/bootstrap"
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/router"
 )
 
 // registryWiring connects the KV bootstrap registry to the Service: in
@@ -53,7 +54,7 @@ func newRegistryWiring(cfg *config.Config, log zerolog.Logger) *registryWiring {
 }
 
 // observe feeds the registry's request counts and rank gauges to m.
-func (w *registryWiring) observe(m *Metrics, pool *proxy.Pool) {
+func (w *registryWiring) observe(m *router.Metrics, pool *proxy.Pool) {
 	if w.registry != nil {
 		w.registry.Observe = func(path string, status int) {
 			m.Counter(fmt.Sprintf(`pdlb_bootstrap_requests_total{path=%q,status="%d"}`, path, status)).Inc()

@@ -1,4 +1,4 @@
-package router
+package service
 
 // The three seed scenarios of issue 3, end to end on loopback: a real pdlb
 // Service with its embedded registry, real mock engines that register and
@@ -25,6 +25,7 @@ import (
 	"pdlb/bench/mock"
 	"pdlb/bootstrap"
 	"pdlb/config"
+	"pdlb/proxy/proxytest"
 )
 
 // seedDeployment is pdlb (embedded registry) with one prefill and one decode
@@ -112,7 +113,7 @@ func (d *seedDeployment) startPDLB() {
 	if testing.Verbose() {
 		log = zerolog.New(zerolog.NewTestWriter(t))
 	}
-	svc, err := NewService(&cfg, log)
+	svc, err := New(&cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func prefillSaw(t *testing.T, e *mock.Engine, room uint64) (mock.RoomRecord, []b
 	t.Helper()
 	var rec mock.RoomRecord
 	var body []byte
-	found := waitFor(2*time.Second, func() bool {
+	found := proxytest.WaitFor(2*time.Second, func() bool {
 		st := e.Stats()
 		rec, body = mock.RoomRecord{}, nil
 		for _, r := range st.Rooms {
@@ -225,7 +226,7 @@ func TestSeedRace(t *testing.T) {
 	for time.Since(servedAt) < delay-400*time.Millisecond {
 		rounds++
 		for _, q := range queries {
-			resp, body := get(t, d.bootURL+"/route?"+q)
+			resp, body := proxytest.Get(t, d.bootURL+"/route?"+q)
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("GET /route?%s before registration: status %d %q, want 503", q, resp.StatusCode, body)
 			}
@@ -241,7 +242,7 @@ func TestSeedRace(t *testing.T) {
 		}
 		for _, path := range []string{"/generate", "/v1/chat/completions"} {
 			start := time.Now()
-			resp, body := post(t, d.URL+path, `{"text":"hi","messages":[{"role":"user","content":"hi"}]}`)
+			resp, body := proxytest.Post(t, d.URL+path, `{"text":"hi","messages":[{"role":"user","content":"hi"}]}`)
 			took := time.Since(start)
 			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("POST %s before registration: status %d Retry-After %q %q, want 503 with Retry-After",
@@ -269,7 +270,7 @@ func TestSeedRace(t *testing.T) {
 	if took := time.Since(servedAt); took < delay {
 		t.Fatalf("registered after %v, before RegisterDelay %v", took, delay)
 	}
-	resp, body := get(t, d.bootURL+"/route?"+bootstrap.SentinelQuery)
+	resp, body := proxytest.Get(t, d.bootURL+"/route?"+bootstrap.SentinelQuery)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("sentinel after registration: %d %q", resp.StatusCode, body)
 	}
@@ -278,12 +279,12 @@ func TestSeedRace(t *testing.T) {
 		t.Fatalf("sentinel after registration: %s", body)
 	}
 	for i, req := range []string{`{"text":"hi"}`, `{"text":"hi","stream":true}`, `{"text":"hi","disagg_prefill_dp_rank":1}`} {
-		resp, body := post(t, d.URL+"/generate", req)
+		resp, body := proxytest.Post(t, d.URL+"/generate", req)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("request %d after registration: %d %q", i, resp.StatusCode, body)
 		}
 	}
-	if !waitFor(2*time.Second, func() bool { p, dc := d.generations(); return p == 3 && dc == 3 }) {
+	if !proxytest.WaitFor(2*time.Second, func() bool { p, dc := d.generations(); return p == 3 && dc == 3 }) {
 		p, dc := d.generations()
 		t.Fatalf("after registration the engines saw prefill %d, decode %d requests, want 3 each", p, dc)
 	}
@@ -291,7 +292,7 @@ func TestSeedRace(t *testing.T) {
 		t.Fatalf("decode resolved %+v, want prefill dp rank 1 at the registry", rec)
 	}
 	// The registry's progress and traffic show in /metrics.
-	_, metrics := get(t, d.URL+"/metrics")
+	_, metrics := proxytest.Get(t, d.URL+"/metrics")
 	for _, want := range []string{
 		`pdlb_registry_ranks_registered{url="` + d.prefillURL + `",bootstrap="127.0.0.1:` + strconv.Itoa(d.bootPort) + `"} 4`,
 		`pdlb_registry_ranks_expected{url="` + d.prefillURL + `",bootstrap="127.0.0.1:` + strconv.Itoa(d.bootPort) + `"} 4`,
@@ -313,7 +314,7 @@ func TestSeedRankFirstRequest(t *testing.T) {
 	d.servePrefill()
 	d.waitRegistered(5 * time.Second)
 
-	resp, body := post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`)
+	resp, body := proxytest.Post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("first request: %d %q", resp.StatusCode, body)
 	}
@@ -335,7 +336,7 @@ func TestSeedRankFirstRequest(t *testing.T) {
 
 	// routed_dp_rank names the rank too; without a rank the room decides,
 	// and both engines must agree on it.
-	resp, body = post(t, d.URL+"/generate", `{"text":"hi","routed_dp_rank":0}`)
+	resp, body = proxytest.Post(t, d.URL+"/generate", `{"text":"hi","routed_dp_rank":0}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("routed_dp_rank 0: %d %q", resp.StatusCode, body)
 	}
@@ -344,7 +345,7 @@ func TestSeedRankFirstRequest(t *testing.T) {
 		t.Errorf("routed_dp_rank 0: prefill %+v, decode %+v", pr, dr)
 	}
 	for i := 0; i < 6; i++ {
-		if resp, body := post(t, d.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != http.StatusOK {
+		if resp, body := proxytest.Post(t, d.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != http.StatusOK {
 			t.Fatalf("request without rank: %d %q", resp.StatusCode, body)
 		}
 		dr := lastRoom(t, d.decode)
@@ -356,7 +357,7 @@ func TestSeedRankFirstRequest(t *testing.T) {
 
 	before, _ := d.generations()
 	for _, field := range []string{"disagg_prefill_dp_rank", "routed_dp_rank"} {
-		resp, body := post(t, d.URL+"/generate", `{"text":"hi","`+field+`":2}`)
+		resp, body := proxytest.Post(t, d.URL+"/generate", `{"text":"hi","`+field+`":2}`)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, field) {
 			t.Errorf("%s 2 with dp=2: %d %q, want 400 naming the field", field, resp.StatusCode, body)
 		}
@@ -377,7 +378,7 @@ func TestSeedRankSlowPath(t *testing.T) {
 		d.startPDLB()
 		d.servePrefill()
 		start := time.Now()
-		resp, body := post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`)
+		resp, body := proxytest.Post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("rank request during registration: %d %q after %v, want 200 once the prefill registered",
 				resp.StatusCode, body, time.Since(start))
@@ -392,7 +393,7 @@ func TestSeedRankSlowPath(t *testing.T) {
 		d.startPDLB()
 		d.servePrefill()
 		start := time.Now()
-		resp, body := post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`)
+		resp, body := proxytest.Post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`)
 		took := time.Since(start)
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("rank request, prefill never registers: %d Retry-After %q %q, want 503 with Retry-After",
@@ -439,7 +440,7 @@ func TestSeedRegistrationRetry(t *testing.T) {
 	d := newSeed(t, mock.Options{DP: 2, RegisterBackoff: 100 * time.Millisecond, Sleep: rec.sleep}, mock.Options{}, true)
 	d.releasePort()
 	d.servePrefill()
-	if !waitFor(3*time.Second, func() bool { return rec.n.Load() >= 2 }) {
+	if !proxytest.WaitFor(3*time.Second, func() bool { return rec.n.Load() >= 2 }) {
 		t.Fatalf("no backoff seen while the registry is down: %v", rec.recorded())
 	}
 	if s := d.prefill.Stats(); s.Registered || s.RegistrationFailed {
@@ -453,7 +454,7 @@ func TestSeedRegistrationRetry(t *testing.T) {
 			t.Errorf("first backoff %v, want 100ms × [0.75, 1)", dl)
 		}
 	}
-	if resp, body := post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`); resp.StatusCode != http.StatusOK {
+	if resp, body := proxytest.Post(t, d.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("request after the late registration: %d %q", resp.StatusCode, body)
 	}
 }
@@ -470,7 +471,7 @@ func TestSeedRegistrationFailFast(t *testing.T) {
 			d := newSeed(t, o, mock.Options{}, true) // pdlb never starts
 			d.releasePort()
 			d.servePrefill()
-			if !waitFor(3*time.Second, func() bool { return d.prefill.Stats().RegistrationFailed }) {
+			if !proxytest.WaitFor(3*time.Second, func() bool { return d.prefill.Stats().RegistrationFailed }) {
 				t.Fatalf("registration did not give up: %+v", d.prefill.Stats())
 			}
 			if n := len(rec.recorded()); n != 2 {

@@ -1,17 +1,16 @@
-// Package leakcheck holds what the goroutine-leak checks of pdlb's test
-// suites agree to ignore, so that every package checks against one list.
-package leakcheck
+package proxytest
 
 import "go.uber.org/goleak"
 
-// Background ignores the goroutines that outlive a clean shutdown by
-// design: fasthttp's process-wide singletons (the server date ticker, the
+// IgnoredGoroutines is what every package's goroutine-leak check ignores
+// (one list for the whole suite): the goroutines that outlive a clean
+// shutdown by design: fasthttp's process-wide singletons (the server date ticker, the
 // default dialer's DNS cache cleaner), its cleaners that notice a stop only
 // after their current sleep (a server's worker pool: up to 10 s after
 // Shutdown; a client's idle-connection cleaners: up to MaxIdleConnDuration
 // after their last connection closed), and pdlb's client-watch hub (one
 // goroutine for the life of the process).
-func Background() []goleak.Option {
+func IgnoredGoroutines() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),

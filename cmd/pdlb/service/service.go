@@ -1,0 +1,178 @@
+// Package service assembles a whole pdlb from a config: the backend pool,
+// the KV bootstrap registry (embedded or polled), health checks, the
+// request router and its listener, the admin API, metrics; it applies
+// reloads and shuts everything down in order. cmd/pdlb only parses
+// arguments, builds one and waits for signals; tests build real ones on
+// loopback.
+package service
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"pdlb/config"
+	"pdlb/proxy"
+	"pdlb/router"
+)
+
+// Service is a whole pdlb.
+type Service struct {
+	Router  *router.Router
+	Pool    *proxy.Pool
+	Metrics *router.Metrics
+	log     zerolog.Logger
+	ln      net.Listener
+	admin   *Admin
+	adminSv *fasthttp.Server
+	reg     *registryWiring
+
+	// mu guards cfg and health against concurrent reloads and admin additions.
+	mu      sync.Mutex
+	cfg     *config.Config
+	health  *proxy.HealthChecker
+	started bool
+}
+
+// New wires a Service; nothing listens until Start.
+func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
+	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log)}
+	var ready proxy.Readiness
+	if s.reg.dir != nil {
+		ready = s.reg.dir
+	}
+	s.Pool = proxy.NewPool(ready)
+	s.Metrics = router.NewMetrics(s.Pool)
+	s.reg.observe(s.Metrics, s.Pool)
+	for _, p := range cfg.Prefill {
+		b, err := s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort)
+		if err != nil {
+			return nil, err
+		}
+		s.Pool.Add(b)
+	}
+	for _, d := range cfg.Decode {
+		b, err := s.NewBackend(d.URL, proxy.Decode, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.Pool.Add(b)
+	}
+	s.Router = router.New(router.Options{
+		Settings: router.SettingsFrom(cfg),
+		Pool:     s.Pool,
+		Metrics:  s.Metrics,
+		Info:     infoSource(s.reg.dir),
+		Log:      log,
+	})
+	s.health = s.newHealthChecker(cfg.Health)
+	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
+	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
+	if cfg.Metrics.Enabled {
+		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
+	}
+	return s, nil
+}
+
+// Start listens on server.host:server.port and serves in the background.
+func (s *Service) Start() error {
+	if err := s.reg.start(); err != nil {
+		return err
+	}
+	cfg := s.Config()
+	addr := net.JoinHostPort(cfg.Server.Host, strconv.Itoa(cfg.Server.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	s.ln = ln
+	go func() {
+		if err := s.Router.Serve(ln); err != nil {
+			s.log.Error().Err(err).Msg("server stopped")
+		}
+	}()
+	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("pdlb listening")
+	s.mu.Lock()
+	s.started = true
+	s.health.Start()
+	s.mu.Unlock()
+	if cfg.Admin.Port != 0 {
+		if err := s.startAdmin(cfg.Admin); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
+	h := proxy.NewHealthChecker(s.Pool, c, s.log)
+	h.OnResult = s.Metrics.HealthCheck
+	return h
+}
+
+// startAdmin serves the admin API (/workers) and /metrics on admin.host:admin.port.
+func (s *Service) startAdmin(c config.Admin) error {
+	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("admin listen %s: %w", addr, err)
+	}
+	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: debugLogger{s.log}}
+	go s.adminSv.Serve(ln)
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
+	return nil
+}
+
+func (s *Service) adminHandler(ctx *fasthttp.RequestCtx) {
+	if string(ctx.Path()) == "/metrics" {
+		if s.admin.authorized(ctx) {
+			s.Metrics.Handler(ctx)
+		}
+		return
+	}
+	s.admin.Handler(ctx)
+}
+
+// Config returns the configuration in force.
+func (s *Service) Config() *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+// Addr is the serving address once started.
+func (s *Service) Addr() string { return s.ln.Addr().String() }
+
+// Shutdown drains: readiness turns 503, the listener closes, and in-flight
+// requests and streams finish until ctx ends; then the admin API, the
+// registry and the backends' connections close.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	health := s.health
+	s.mu.Unlock()
+	health.Stop()
+	err := s.Router.Shutdown(ctx)
+	if s.adminSv != nil {
+		s.adminSv.ShutdownWithContext(ctx)
+	}
+	s.admin.Close()
+	s.reg.shutdown(ctx)
+	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
+		for _, b := range s.Pool.Backends(role) {
+			b.Close()
+		}
+	}
+	return err
+}
+
+// debugLogger routes fasthttp's own messages (malformed requests, timeouts)
+// to the log at debug: they are client noise, not pdlb faults.
+type debugLogger struct{ log zerolog.Logger }
+
+func (l debugLogger) Printf(format string, args ...any) { l.log.Debug().Msgf(format, args...) }
