@@ -17,10 +17,20 @@ type sentinelBase struct {
 	FollowBootstrapRoom bool    `json:"follow_bootstrap_room"`
 }
 
-// sentinelExtended is the full 2026-07-09 PrefillServerInfo. Decodes older
-// than that reject the extra keys (PrefillServerInfo(**data) raises on
-// unknown keys), hence config.Bootstrap.ExtendedSentinel, default off.
-type sentinelExtended struct {
+// sentinelFull is today's PrefillServerInfo, all 15 fields in its order
+// (sgl-project/sglang python/sglang/srt/disaggregation/common/conn.py,
+// read at 0094505da; the same at eec794bce, 2026-08-23): the seven base
+// keys, enable_dsa_cache_layer_split and prefill_http_port (2026-07-09),
+// and six target_*/required_* keys (2026-03-18) that the server always
+// sends as null because the decode fills them in. SGLang's server sends
+// all 15 (dataclasses.asdict); a decode needs prefill_http_port to
+// re-bootstrap a retracted request and enable_dsa_cache_layer_split to
+// pull every CP rank's KV. Decodes since 2026-02-23 (d160c5b9b) build
+// PrefillServerInfo(**data), so a key their dataclass lacks is a
+// TypeError: one from 2026-02-28 to 07-08 rejects this body, which is why
+// it goes only to namespaces whose first registrant sent a 2026-07-09 key,
+// or with ExtendedSentinel.
+type sentinelFull struct {
 	sentinelBase
 	EnableDSACacheLayerSplit   bool   `json:"enable_dsa_cache_layer_split"`
 	PrefillHTTPPort            *int   `json:"prefill_http_port"`
@@ -39,11 +49,12 @@ func baseOf(p PrefillInfo) sentinelBase {
 	}
 }
 
-// encodeSentinel renders GET /route's sentinel answer in today's format.
-func encodeSentinel(p PrefillInfo, extended bool) []byte {
+// encodeSentinel renders GET /route's current-form sentinel answer: the 15
+// keys of sentinelFull when full, else the 7 of sentinelBase.
+func encodeSentinel(p PrefillInfo, full bool) []byte {
 	var v any = baseOf(p)
-	if extended {
-		v = sentinelExtended{sentinelBase: baseOf(p), EnableDSACacheLayerSplit: p.EnableDSACacheLayerSplit, PrefillHTTPPort: p.PrefillHTTPPort}
+	if full {
+		v = sentinelFull{sentinelBase: baseOf(p), EnableDSACacheLayerSplit: p.EnableDSACacheLayerSplit, PrefillHTTPPort: p.PrefillHTTPPort}
 	}
 	b, err := json.Marshal(v)
 	if err != nil { // cannot happen for these types; keep handlers panic-free anyway
@@ -52,7 +63,9 @@ func encodeSentinel(p PrefillInfo, extended bool) []byte {
 	return b
 }
 
-// wireInfo decodes any era's current-style sentinel answer (7, 9 or 16 keys).
+// wireInfo decodes any era's current-style sentinel answer: 7 keys (SGLang
+// 2026-02-28…03-17; pdlb for older prefills), 13 (SGLang 03-18…07-08),
+// 9 (SGLang's rust port) or 15 (SGLang since 07-09).
 type wireInfo struct {
 	AttnTPSize               *int    `json:"attn_tp_size"`
 	AttnCPSize               *int    `json:"attn_cp_size"`

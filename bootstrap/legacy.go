@@ -12,15 +12,19 @@ import (
 type queryForm struct {
 	name     string
 	params   [4]string
-	sentinel func(s *snapshot, extended bool) []byte
+	sentinel func(s *snapshot, forceFull bool) []byte
 	notFound func(raw [4][]byte) string
 }
 
 // The eras pdlb answers, told apart by parameter names (§7 advice a):
 //
 //   - current (2026-02-28 on): prefill_dp_rank, prefill_cp_rank,
-//     target_tp_rank, target_pp_rank → PrefillServerInfo, 7 base keys or,
-//     with ExtendedSentinel, all 16.
+//     target_tp_rank, target_pp_rank → PrefillServerInfo in the era of the
+//     namespace's first registrant: all 15 keys of today's dataclass when it
+//     sent enable_dsa_cache_layer_split or prefill_http_port (SGLang from
+//     2026-07-09, whose decodes need them), else the 7 base keys that every
+//     decode of this form accepts (those from 02-28 to 07-08 reject keys
+//     their dataclass lacks). ExtendedSentinel forces the 15.
 //   - feb2026 (2026-02-23 … 02-27): engine_rank, prefill_dp_rank,
 //     target_pp_rank → {attn_tp_size, dp_size, pp_size, page_size,
 //     kv_cache_dtype, follow_bootstrap_room}: the 02-26 dataclass. The
@@ -39,9 +43,9 @@ var (
 	formCurrent = &queryForm{
 		name:   "current",
 		params: [4]string{"prefill_dp_rank", "prefill_cp_rank", "target_tp_rank", "target_pp_rank"},
-		sentinel: func(s *snapshot, ext bool) []byte {
-			if ext {
-				return s.sentinelExt
+		sentinel: func(s *snapshot, forceFull bool) []byte {
+			if forceFull {
+				return s.sentinelFull
 			}
 			return s.sentinel
 		},

@@ -39,12 +39,14 @@ type Namespace struct {
 // snapshot is everything a ready namespace answers without locking; bodies
 // are rendered once per change instead of once per lookup.
 type snapshot struct {
-	info        PrefillInfo
-	sentinel    []byte
-	sentinelExt []byte
-	legacyV04   []byte
-	legacyV05   []byte
-	legacyFeb   []byte
+	info PrefillInfo
+	// sentinel is the current-form answer in the first registrant's era;
+	// sentinelFull has all 15 keys (ExtendedSentinel). Often the same slice.
+	sentinel     []byte
+	sentinelFull []byte
+	legacyV04    []byte
+	legacyV05    []byte
+	legacyFeb    []byte
 }
 
 func newNamespace(port int, dp *dpRankTable) *Namespace {
@@ -129,13 +131,18 @@ func newSnapshot(t *topology) *snapshot {
 		PageSize: t.pageSize, KVCacheDtype: t.kvDtype, FollowBootstrapRoom: t.follow,
 		EnableDSACacheLayerSplit: t.dsa, PrefillHTTPPort: t.httpPort,
 	}
+	full := encodeSentinel(info, true)
+	era := full
+	if !t.fullInfo {
+		era = encodeSentinel(info, false)
+	}
 	return &snapshot{
-		info:        info,
-		sentinel:    encodeSentinel(info, false),
-		sentinelExt: encodeSentinel(info, true),
-		legacyV04:   encodeLegacyV04(info),
-		legacyV05:   encodeLegacyV05(info),
-		legacyFeb:   encodeLegacyFeb(info),
+		info:         info,
+		sentinel:     era,
+		sentinelFull: full,
+		legacyV04:    encodeLegacyV04(info),
+		legacyV05:    encodeLegacyV05(info),
+		legacyFeb:    encodeLegacyFeb(info),
 	}
 }
 

@@ -27,6 +27,10 @@ type topology struct {
 	follow         bool
 	dsa            bool
 	httpPort       *int
+	// fullInfo: the registrant sent enable_dsa_cache_layer_split or
+	// prefill_http_port, so it is SGLang from 2026-07-09 on and its decodes
+	// parse (and need) the full PrefillServerInfo; see encodeSentinel.
+	fullInfo bool
 }
 
 func (t *topology) ranks() int { return t.dp * t.cp * t.tp * t.pp }
@@ -62,7 +66,10 @@ type registration struct {
 //     that era's server keyed its table.
 //   - v0.5.x to today: attn_tp/attn_dp/pp/system_dp sizes and ranks;
 //     attn_cp_size/rank default to 1/0 (before 2026-02-28); page_size and
-//     kv_cache_dtype default to null; role optional.
+//     kv_cache_dtype default to null; role optional;
+//     enable_dsa_cache_layer_split and prefill_http_port (2026-07-09 on)
+//     default to false and null, and whether they were sent at all decides
+//     the sentinel's key set (topology.fullInfo).
 //
 // Integers may be JSON integers or strings Python's int() accepts
 // ("17000", " 8_998 "); floats are refused rather than truncated.
@@ -155,6 +162,9 @@ func (f *fieldReader) common(t *topology) {
 	t.follow = lb == nil || *lb == "" || *lb == "follow_bootstrap_room"
 	t.dsa = f.optBool("enable_dsa_cache_layer_split")
 	t.httpPort = f.optInt("prefill_http_port", 1, 65535)
+	// Presence, not value: SGLang's client sends both keys on every PUT
+	// since they exist (the flag is usually false), older clients neither.
+	t.fullInfo = f.has("enable_dsa_cache_layer_split") || f.has("prefill_http_port")
 }
 
 // intIn reads an integer in [lo, hi]; absent optional keys yield def.

@@ -60,7 +60,10 @@ func TestDuplicateRankDoesNotMakeReady(t *testing.T) {
 	mustStatus(t, "rank 1", e.do(t, "PUT", "/route", rank1), 200)
 	r = e.do(t, "GET", sentinelPath, "")
 	mustStatus(t, "ready", r, 200)
-	if r.body != `{"attn_tp_size":1,"attn_cp_size":1,"dp_size":2,"pp_size":1,"page_size":64,"kv_cache_dtype":"auto","follow_bootstrap_room":true}` {
+	// rankPUT speaks today's SGLang, so the answer is today's 15 keys.
+	if r.body != `{"attn_tp_size":1,"attn_cp_size":1,"dp_size":2,"pp_size":1,"page_size":64,"kv_cache_dtype":"auto","follow_bootstrap_room":true,`+
+		`"enable_dsa_cache_layer_split":false,"prefill_http_port":30000,"target_tp_rank":null,"target_tp_ranks":null,"target_cp_ranks":null,`+
+		`"target_pp_ranks":null,"required_dst_info_num":null,"required_prefill_response_num":null}` {
 		t.Fatalf("sentinel body %s", r.body)
 	}
 	// The re-registration replaced rank 0's address.

@@ -107,8 +107,12 @@ type Bootstrap struct {
 	ListenHost string `koanf:"listen_host"`
 	// AuthToken, when set, requires "Authorization: Bearer <token>" on registry writes. Default "".
 	AuthToken string `koanf:"auth_token"`
-	// ExtendedSentinel adds the newer sentinel keys (enable_dsa_cache_layer_split,
-	// prefill_http_port, target_*/required_*) that decodes before 2026-07-09 reject. Default false.
+	// ExtendedSentinel forces all 15 keys of today's PrefillServerInfo into the
+	// sentinel answer. When false, the answer follows the prefill's SGLang
+	// era: all 15 when its first rank to register sent
+	// enable_dsa_cache_layer_split or prefill_http_port (SGLang since
+	// 2026-07-09, whose decodes need them), else the 7 base keys, since
+	// decodes from 2026-02-28 to 07-08 reject keys they do not know. Default false.
 	ExtendedSentinel bool `koanf:"extended_sentinel"`
 	// DPRankTTL is how long /register_dp_rank entries live. Default 120s.
 	DPRankTTL time.Duration `koanf:"dp_rank_ttl"`
