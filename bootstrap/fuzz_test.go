@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/config"
 )
 
@@ -22,7 +23,7 @@ func FuzzRouteHandlers(f *testing.F) {
 	f.Add("GET", sentinelPath, []byte(nil), false, uint8(2))
 	f.Add("POST", "/query_dp_ranks", []byte(`{"bootstrap_rooms":[1,"2"]}`), false, uint8(0))
 	f.Fuzz(func(t *testing.T, method, uri string, body []byte, authorized bool, preload uint8) {
-		reg := NewRegistry(config.Bootstrap{AuthToken: "tok", ExtendedSentinel: preload&4 != 0}, zerolog.Nop(), Clock{})
+		reg := NewRegistry(config.Bootstrap{AuthToken: "tok", ExtendedSentinel: preload&4 != 0}, zerolog.Nop(), pdlb.Clock{})
 		h := reg.Handler(8998)
 		reg.AddNamespace(8998)
 		ns := reg.namespace(8998)

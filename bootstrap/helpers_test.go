@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/config"
 )
 
@@ -44,7 +45,7 @@ type regEnv struct {
 func startRegistry(t *testing.T, cfg config.Bootstrap) *regEnv {
 	t.Helper()
 	clk := newFakeClock()
-	reg := NewRegistry(cfg, zerolog.Nop(), Clock{Now: clk.Now})
+	reg := NewRegistry(cfg, zerolog.Nop(), pdlb.Clock{Now: clk.Now})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb"
 )
 
 // Lookup defaults: the decode side's patience with a registry that is not
@@ -28,8 +30,8 @@ const SentinelQuery = "prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&t
 // is retried, sleeping interval between tries, at most attempts tries in
 // all; then the error wraps ErrNotReady and quotes the last answer. Other
 // statuses fail at once. attempts ≤ 0 and interval ≤ 0 take the defaults,
-// a nil client a fresh one, a nil sleep SleepContext.
-func FetchPrefillInfo(ctx context.Context, client *fasthttp.Client, baseURL string, attempts int, interval time.Duration, sleep SleepFunc) (PrefillInfo, error) {
+// a nil client a fresh one, a nil sleep pdlb.SleepContext.
+func FetchPrefillInfo(ctx context.Context, client *fasthttp.Client, baseURL string, attempts int, interval time.Duration, sleep pdlb.SleepFunc) (PrefillInfo, error) {
 	body, err := getPatiently(ctx, client, baseURL, SentinelQuery, "prefill info", attempts, interval, sleep)
 	if err != nil {
 		return PrefillInfo{}, err
@@ -43,7 +45,7 @@ func FetchPrefillInfo(ctx context.Context, client *fasthttp.Client, baseURL stri
 
 // FetchRank GETs one rank's address with the same patience; a 404 wraps
 // ErrRankNotFound and is not retried.
-func FetchRank(ctx context.Context, client *fasthttp.Client, baseURL string, attempts int, interval time.Duration, sleep SleepFunc, dp, cp, tp, pp int) (RankInfo, error) {
+func FetchRank(ctx context.Context, client *fasthttp.Client, baseURL string, attempts int, interval time.Duration, sleep pdlb.SleepFunc, dp, cp, tp, pp int) (RankInfo, error) {
 	q := "prefill_dp_rank=" + strconv.Itoa(dp) + "&prefill_cp_rank=" + strconv.Itoa(cp) +
 		"&target_tp_rank=" + strconv.Itoa(tp) + "&target_pp_rank=" + strconv.Itoa(pp)
 	what := fmt.Sprintf("bootstrap info for dp=%d cp=%d tp=%d pp=%d", dp, cp, tp, pp)
@@ -58,7 +60,7 @@ func FetchRank(ctx context.Context, client *fasthttp.Client, baseURL string, att
 	return ri, nil
 }
 
-func getPatiently(ctx context.Context, client *fasthttp.Client, baseURL, query, what string, attempts int, interval time.Duration, sleep SleepFunc) ([]byte, error) {
+func getPatiently(ctx context.Context, client *fasthttp.Client, baseURL, query, what string, attempts int, interval time.Duration, sleep pdlb.SleepFunc) ([]byte, error) {
 	if attempts <= 0 {
 		attempts = DefaultLookupAttempts
 	}
@@ -66,7 +68,7 @@ func getPatiently(ctx context.Context, client *fasthttp.Client, baseURL, query, 
 		interval = DefaultLookupInterval
 	}
 	if sleep == nil {
-		sleep = SleepContext
+		sleep = pdlb.SleepContext
 	}
 	if client == nil {
 		client = &fasthttp.Client{NoDefaultUserAgentHeader: true}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+
+	"pdlb"
 )
 
 // PollerOptions configures a Poller. Zero values take the defaults noted.
@@ -22,8 +24,8 @@ type PollerOptions struct {
 	Refresh time.Duration
 	// Timeout of one GET. Default 5s.
 	Timeout time.Duration
-	// Sleep waits between polls. Default SleepContext.
-	Sleep SleepFunc
+	// Sleep waits between polls. Default pdlb.SleepContext.
+	Sleep pdlb.SleepFunc
 	// Client sends the GETs. Default a new fasthttp.Client.
 	Client *fasthttp.Client
 }
@@ -71,7 +73,7 @@ func NewPoller(o PollerOptions, log zerolog.Logger) *Poller {
 		o.Timeout = lookupTimeout
 	}
 	if o.Sleep == nil {
-		o.Sleep = SleepContext
+		o.Sleep = pdlb.SleepContext
 	}
 	if o.Client == nil {
 		o.Client = &fasthttp.Client{NoDefaultUserAgentHeader: true}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+
+	"pdlb"
 )
 
 // RankRegistration is the PUT /route payload of one prefill rank, every
@@ -51,8 +53,8 @@ type RegistrarOptions struct {
 	// Jitter returns the factor j in [0.75, 1.0) applied to each delay;
 	// values outside [0.75, 1] are clamped. Default 0.75 + 0.25·rand.
 	Jitter func() float64
-	// Sleep waits between attempts. Default SleepContext.
-	Sleep SleepFunc
+	// Sleep waits between attempts. Default pdlb.SleepContext.
+	Sleep pdlb.SleepFunc
 	// Timeout of one PUT. Default 5s (SGLang's requests timeout).
 	Timeout time.Duration
 	// Token, when set, is sent as "Authorization: Bearer <token>".
@@ -94,7 +96,7 @@ func NewRegistrar(o RegistrarOptions) *Registrar {
 		o.Jitter = func() float64 { return 0.75 + 0.25*rand.Float64() }
 	}
 	if o.Sleep == nil {
-		o.Sleep = SleepContext
+		o.Sleep = pdlb.SleepContext
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/config"
 )
 
@@ -174,7 +175,7 @@ func freeAddr(t *testing.T) string {
 // backoff and the third attempt registers.
 func TestRegistrarPrefillBeforeRegistry(t *testing.T) {
 	addr := freeAddr(t)
-	reg := NewRegistry(config.Bootstrap{}, zerolog.Nop(), Clock{})
+	reg := NewRegistry(config.Bootstrap{}, zerolog.Nop(), pdlb.Clock{})
 	_, portStr, _ := net.SplitHostPort(addr)
 	port, _ := pyInt(portStr)
 	srv := reg.NewServer(int(port))

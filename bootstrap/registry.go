@@ -25,7 +25,7 @@ const DefaultDPRankTTL = 120 * time.Second
 type Registry struct {
 	cfg   config.Bootstrap
 	log   zerolog.Logger
-	clock Clock
+	clock pdlb.Clock
 	auth  pdlb.Bearer
 
 	mu     sync.Mutex                         // serialises AddNamespace/RemoveNamespace
@@ -38,11 +38,11 @@ type Registry struct {
 
 // NewRegistry builds an empty registry; add a namespace per prefill
 // bootstrap port with AddNamespace (NewServer does it for its port).
-func NewRegistry(cfg config.Bootstrap, log zerolog.Logger, clock Clock) *Registry {
+func NewRegistry(cfg config.Bootstrap, log zerolog.Logger, clock pdlb.Clock) *Registry {
 	if cfg.DPRankTTL <= 0 {
 		cfg.DPRankTTL = DefaultDPRankTTL
 	}
-	r := &Registry{cfg: cfg, log: log.With().Str("component", "bootstrap").Logger(), clock: clock.orSystem(), auth: pdlb.NewBearer("bootstrap.auth_token", cfg.AuthToken)}
+	r := &Registry{cfg: cfg, log: log.With().Str("component", "bootstrap").Logger(), clock: clock.OrSystem(), auth: pdlb.NewBearer("bootstrap.auth_token", cfg.AuthToken)}
 	r.spaces.Store(&map[int]*Namespace{})
 	return r
 }

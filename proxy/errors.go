@@ -51,7 +51,9 @@ type UpstreamError struct {
 	Status      int
 	Body        []byte
 	ContentType []byte
-	Err         error
+	// RetryAfter is the backend's Retry-After header, if it sent one.
+	RetryAfter []byte
+	Err        error
 }
 
 func (e *UpstreamError) Error() string {

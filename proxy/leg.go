@@ -201,7 +201,8 @@ func (l *leg) statusError(deadline time.Time) *UpstreamError {
 		return e
 	}
 	return &UpstreamError{Backend: l.b, Kind: KindStatus, Status: status,
-		Body: append([]byte(nil), capBytes(l.resp.Body(), 4096)...), ContentType: append([]byte(nil), l.resp.Header.ContentType()...)}
+		Body: append([]byte(nil), capBytes(l.resp.Body(), 4096)...), ContentType: append([]byte(nil), l.resp.Header.ContentType()...),
+		RetryAfter: append([]byte(nil), l.resp.Header.Peek(fasthttp.HeaderRetryAfter)...)}
 }
 
 // openStream switches the response to streaming: the body is read event by

@@ -3,12 +3,11 @@
 package proxy
 
 import (
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"net"
 )
 
 // watchDelay is how long a request runs before its client connection is
@@ -49,6 +48,22 @@ var (
 )
 
 func watchClient(conn net.Conn, g goner) *clientWatch {
+	return watchClientAfter(conn, g, watchDelay)
+}
+
+// WatchClient calls gone once if the client closes conn before stop is
+// called, watching from now on (the retry backoff waits with it).
+func WatchClient(conn net.Conn, gone func()) (stop func()) {
+	w := watchClientAfter(conn, goneFunc(gone), 0)
+	return w.stop
+}
+
+// goneFunc adapts a func to goner.
+type goneFunc func()
+
+func (f goneFunc) clientGone() { f() }
+
+func watchClientAfter(conn net.Conn, g goner, delay time.Duration) *clientWatch {
 	if conn == nil {
 		return nil
 	}
@@ -59,7 +74,7 @@ func watchClient(conn net.Conn, g goner) *clientWatch {
 	if w == nil {
 		w = &clientWatch{}
 		w.conn, w.g, w.gen = conn, g, watchGen.Add(1)
-		w.timer = time.AfterFunc(watchDelay, w.start)
+		w.timer = time.AfterFunc(delay, w.start)
 		return w
 	}
 	// Under the lock: the hub may still hold this watch from an earlier
@@ -67,7 +82,7 @@ func watchClient(conn net.Conn, g goner) *clientWatch {
 	w.mu.Lock()
 	w.conn, w.g, w.stopped, w.registered, w.gen = conn, g, false, false, watchGen.Add(1)
 	w.mu.Unlock()
-	w.timer.Reset(watchDelay)
+	w.timer.Reset(delay)
 	return w
 }
 

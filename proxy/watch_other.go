@@ -13,3 +13,6 @@ type clientWatch struct{}
 func watchClient(conn net.Conn, g goner) *clientWatch { return nil }
 
 func (w *clientWatch) stop() {}
+
+// WatchClient is a no-op here; see watch_linux.go.
+func WatchClient(conn net.Conn, gone func()) (stop func()) { return func() {} }

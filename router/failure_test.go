@@ -95,7 +95,7 @@ func TestDecodeHangIs504WithinTimeout(t *testing.T) {
 
 func TestDecodeFailureCancelsPrefill(t *testing.T) {
 	p := proxytest.NewEngine(t, hang(10*time.Second))
-	d := proxytest.NewEngine(t, proxytest.JSONAnswer(503, `{"error":"overloaded"}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(500, `{"error":"boom"}`))
 	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
 	if resp.StatusCode != 502 || !strings.Contains(body, "decode "+d.URL) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/proxy/proxytest"
@@ -50,6 +51,12 @@ func startLB(t *testing.T, prefills, decodes []*proxytest.Engine, opts ...lbOpti
 
 func startLBWithLog(t *testing.T, prefills, decodes []*proxytest.Engine, log zerolog.Logger, opts ...lbOption) *lb {
 	t.Helper()
+	return startLBWith(t, prefills, decodes, log, pdlb.Clock{}, opts...)
+}
+
+// startLBWith is startLB with a log destination and a clock of the test's.
+func startLBWith(t *testing.T, prefills, decodes []*proxytest.Engine, log zerolog.Logger, clock pdlb.Clock, opts ...lbOption) *lb {
+	t.Helper()
 	cfg := testConfig()
 	for _, p := range prefills {
 		cfg.Prefill = append(cfg.Prefill, config.Prefill{URL: p.URL})
@@ -83,7 +90,7 @@ func startLBWithLog(t *testing.T, prefills, decodes []*proxytest.Engine, log zer
 	for _, d := range cfg.Decode {
 		add(d.URL, proxy.Decode)
 	}
-	r := New(Options{Settings: SettingsFrom(&cfg), Pool: pool, Metrics: metrics, Log: log})
+	r := New(Options{Settings: SettingsFrom(&cfg), Pool: pool, Metrics: metrics, Log: log, Clock: clock})
 	if cfg.Metrics.Enabled {
 		r.Handle("GET", "/metrics", metrics.Handler)
 	}

@@ -35,7 +35,7 @@ func (r *Router) checkRank(p *proxy.Backend, req *pdRequest, deadline time.Time)
 		if wait <= 0 {
 			wait = 5 * time.Second
 		}
-		c, cancel := context.WithDeadline(context.Background(), earliest(r.now().Add(wait), deadline))
+		c, cancel := context.WithDeadline(context.Background(), earliest(r.clock.Now().Add(wait), deadline))
 		var err error
 		info, err = r.info.WaitInfo(c, addr)
 		cancel()

@@ -1,149 +1,178 @@
 package router
 
 import (
+	"encoding/hex"
 	"errors"
-	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"time"
 
-	"github.com/tidwall/gjson"
+	"github.com/rs/zerolog"
+	"github.com/valyala/bytebufferpool"
+	"github.com/valyala/fasthttp"
+
+	"pdlb"
+	"pdlb/proxy"
 )
 
-// pdRequest is what pdlb needs to know about a client body: just enough to
-// route and inject, read by scanning the top-level members once. The body
-// itself is never decoded into Go values, so every byte the client sent
-// (64-bit integers included) reaches the engines unchanged.
-type pdRequest struct {
-	stream        bool
-	returnLogprob bool
-	// batch is the number of items of a batch request (text list or
-	// input_ids list of lists); 0 for a single request.
-	batch int
-	// members counts top-level members; drops lists the spans to remove.
-	members int
-	drops   [maxDrops]span
-	ndrops  int
-	// closeIdx is the position of the body's final '}'.
-	closeIdx int
-	// prefillRank is a client-named prefill DP rank (disagg_prefill_dp_rank,
-	// else routed_dp_rank); rankField names where it came from.
-	prefillRank int64
-	rankField   string
-	// rankSpans are the spans of the two rank members (dropped when pdlb
-	// rewrites them per leg).
-	rankSpans  [2]span
-	nrankSpans int
+// request is one fan-out request from arrival to its one log line. The
+// goroutine that owns it (the fasthttp handler, or a stream's own
+// goroutine) defers finish, which logs, records the metrics and gives the
+// admission slot and the client connection back exactly once.
+type request struct {
+	r     *Router
+	route string
+	id    string
+	// body is the client's body; for a stream it lives in own, copied out
+	// of fasthttp's recycled request context.
+	body     []byte
+	own      *bytebufferpool.ByteBuffer
+	parsed   pdRequest
+	start    time.Time
+	deadline time.Time
+	// conn is the client connection, watched for a disconnect while the
+	// backends work; a stream's is hijacked and closed by finish.
+	conn     net.Conn
+	hijacked bool
+	// resp receives the answer or the error (a stream's error answer is
+	// written on conn by finish's caller).
+	resp    *fasthttp.Response
+	release func() // the admission slot; nil until admitted
+
+	// What the log line says.
+	prefill, decode string
+	room            uint64
+	attempts        int
+	status          int
+	bytes, events   int
+	err             error
 }
 
-type span struct{ start, end int }
+func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {
+	now := r.clock.Now()
+	q := request{r: r, route: route, id: requestID(ctx), start: now, conn: ctx.Conn(), resp: &ctx.Response, body: ctx.PostBody()}
+	q.deadline = now.Add(r.cfg().Timeout.Request)
+	ctx.Response.Header.Set(proxy.HeaderRequestID, q.id)
+	return q
+}
 
-// maxDrops bounds the members pdlb replaces; a body repeating them more
-// often than that is refused.
-const maxDrops = 8
-
-var errNotObject = errors.New("request body must be a JSON object")
-
-// parseRequest checks that body is a JSON object and scans its top level.
-func parseRequest(body []byte) (pdRequest, error) {
-	var r pdRequest
-	s := b2s(body)
-	if !gjson.Valid(s) {
-		return r, errors.New("request body is not valid JSON")
-	}
-	start := 0
-	for start < len(s) && isSpace(s[start]) {
-		start++
-	}
-	if start == len(s) || s[start] != '{' {
-		return r, errNotObject
-	}
-	end := len(s) - 1
-	for isSpace(s[end]) {
-		end--
-	}
-	r.closeIdx = end
-	obj := gjson.Parse(s[start:])
-	var ferr error
-	obj.ForEach(func(key, value gjson.Result) bool {
-		r.members++
-		ks, ve := key.Index+start, value.Index+start+len(value.Raw)
-		switch key.Str {
-		case "bootstrap_host", "bootstrap_port", "bootstrap_room":
-			if r.ndrops == maxDrops {
-				ferr = fmt.Errorf("%s: repeated too often", key.Str)
-				return false
-			}
-			r.drops[r.ndrops] = span{ks, ve}
-			r.ndrops++
-		case "stream":
-			r.stream = value.Bool()
-		case "return_logprob":
-			r.returnLogprob = value.Bool()
-		case "text":
-			if value.IsArray() {
-				r.batch = countItems(value)
-				if r.batch == 0 {
-					ferr = errors.New("text: an empty list is not a request")
-					return false
-				}
-			}
-		case "input_ids":
-			if value.IsArray() {
-				first := value.Get("0")
-				if !first.Exists() {
-					ferr = errors.New("input_ids: an empty list is not a request")
-					return false
-				}
-				if first.IsArray() {
-					r.batch = countItems(value)
-				}
-			}
-		case "disagg_prefill_dp_rank", "routed_dp_rank":
-			if r.nrankSpans == len(r.rankSpans) {
-				ferr = fmt.Errorf("%s: repeated", key.Str)
-				return false
-			}
-			r.rankSpans[r.nrankSpans] = span{ks, ve}
-			r.nrankSpans++
-			if value.Type == gjson.Null {
-				return true
-			}
-			if value.Type != gjson.Number || !isInteger(value.Raw) {
-				ferr = fmt.Errorf("%s: must be an integer, got %s", key.Str, truncate(value.Raw, 40))
-				return false
-			}
-			// disagg_prefill_dp_rank wins over routed_dp_rank.
-			if r.rankField == "" || key.Str == "disagg_prefill_dp_rank" {
-				r.prefillRank, r.rankField = value.Int(), key.Str
-			}
-		}
+// admit takes an admission slot, or answers 429/503 and returns false.
+func (q *request) admit(ctx *fasthttp.RequestCtx) bool {
+	release, status, err := q.r.admission.Acquire(ctx)
+	if err == nil {
+		q.release = release
 		return true
-	})
-	return r, ferr
+	}
+	q.r.metrics.Counter(`pdlb_admission_refused_total{status="` + strconv.Itoa(status) + `"}`).Inc()
+	if status == fasthttp.StatusTooManyRequests {
+		q.fail(status, pdlb.ErrRateLimited, "too many requests: "+err.Error(), err)
+		q.resp.Header.Set(fasthttp.HeaderRetryAfter, "1")
+	} else {
+		q.unavailable(1, "no capacity: "+err.Error())
+	}
+	return false
 }
 
-func countItems(v gjson.Result) int {
-	n := 0
-	v.ForEach(func(_, _ gjson.Result) bool { n++; return true })
-	return n
-}
-
-func isInteger(raw string) bool {
-	if raw == "" {
+// parse reads what routing needs from the body, or answers 400.
+func (q *request) parse(batchAware bool) bool {
+	p, err := parseRequest(q.body)
+	if err != nil {
+		q.fail(fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, err.Error(), err)
 		return false
 	}
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if (c < '0' || c > '9') && !(i == 0 && c == '-') {
+	if !batchAware {
+		// The OpenAI routes always take scalars; the engine expands them.
+		p.batch = 0
+	}
+	q.parsed = p
+	return true
+}
+
+// fail answers with pdlb's error shape and records why for the log line.
+func (q *request) fail(status int, typ, msg string, cause error) {
+	pdlb.SetError(q.resp, status, typ, msg)
+	q.status, q.err = status, cause
+}
+
+// unavailable answers 503 with Retry-After: capacity may come back.
+func (q *request) unavailable(retryAfter int, msg string) {
+	pdlb.SetUnavailable(q.resp, retryAfter, msg)
+	q.status, q.err = fasthttp.StatusServiceUnavailable, errors.New(msg)
+}
+
+// finish ends the request: its metrics, its log line, its admission slot
+// and, for a stream, its hijacked connection.
+func (q *request) finish() {
+	elapsed := q.r.clock.Now().Sub(q.start)
+	q.r.metrics.Request(q.route, q.status, elapsed)
+	q.log(elapsed)
+	if q.release != nil {
+		q.release()
+		q.release = nil
+	}
+	if q.own != nil {
+		bytebufferpool.Put(q.own)
+		q.own, q.body = nil, nil
+	}
+	if q.hijacked {
+		q.conn.Close()
+		q.r.streams.Done()
+	}
+}
+
+// log writes the request's one line: info, or warn for 5xx, a client that
+// left (499) and a stream that broke after its 200.
+func (q *request) log(elapsed time.Duration) {
+	var ev *zerolog.Event
+	switch {
+	case q.status >= 500 || q.status == statusClientGone:
+		ev = q.r.log.Warn()
+	case q.err != nil && q.status < 400:
+		ev = q.r.log.Warn()
+	default:
+		ev = q.r.log.Info()
+	}
+	if !ev.Enabled() {
+		return
+	}
+	ev = ev.Str("method", "POST").Str("path", q.route).Int("status", q.status).
+		Str("request_id", q.id).Str("prefill", q.prefill).Str("decode", q.decode).
+		Uint64("room", q.room).Int("attempts", q.attempts).Dur("duration", elapsed).
+		Int("bytes", q.bytes)
+	if q.events > 0 {
+		ev = ev.Int("events", q.events)
+	}
+	if q.err != nil {
+		ev = ev.Err(q.err)
+	}
+	ev.Msg("request")
+}
+
+// statusClientGone is what the log and metrics record for a request whose
+// client disconnected before its answer (nginx's convention).
+const statusClientGone = 499
+
+// requestID takes the client's X-Request-ID or makes one. The client's is
+// kept only when it is up to 128 visible ASCII characters: it is copied
+// verbatim into both engine requests' heads.
+func requestID(ctx *fasthttp.RequestCtx) string {
+	if id := ctx.Request.Header.Peek(proxy.HeaderRequestID); len(id) > 0 && len(id) <= 128 && visibleASCII(id) {
+		return string(id)
+	}
+	var raw [8]byte
+	v := rand.Uint64()
+	for i := range raw {
+		raw[i] = byte(v >> (8 * i))
+	}
+	return "req-" + hex.EncodeToString(raw[:])
+}
+
+func visibleASCII(b []byte) bool {
+	for _, c := range b {
+		if c <= ' ' || c > '~' {
 			return false
 		}
 	}
 	return true
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

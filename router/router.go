@@ -40,10 +40,13 @@ type Router struct {
 	// admission caps requests in flight (limits.max_concurrent_requests).
 	admission *Admission
 	log       zerolog.Logger
-	now       func() time.Time
+	clock     pdlb.Clock
 	table     map[string]route
 	server    *fasthttp.Server
 	draining  atomic.Bool
+	// stopping ends at Shutdown: waits between retries end with it.
+	stopping context.Context
+	stop     context.CancelFunc
 	// streams counts relays running on hijacked connections, which
 	// fasthttp's Shutdown does not wait for.
 	streams sync.WaitGroup
@@ -60,11 +63,14 @@ type Options struct {
 	// Metrics records request series; nil disables them.
 	Metrics *Metrics
 	Log     zerolog.Logger
+	// Clock is the request path's time source; zero fields are the system's.
+	Clock pdlb.Clock
 }
 
 // New builds a Router, its proxy and its admission gate from o.Settings.
 func New(o Options) *Router {
-	r := &Router{pool: o.Pool, selector: o.Selector, info: o.Info, metrics: o.Metrics, log: o.Log, now: time.Now}
+	r := &Router{pool: o.Pool, selector: o.Selector, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem()}
+	r.stopping, r.stop = context.WithCancel(context.Background())
 	if r.selector == nil {
 		r.selector = RandomSelector{}
 	}
@@ -142,9 +148,9 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		rt.handler(ctx) // records its own metrics when it finishes
 		return
 	}
-	start := r.now()
+	start := r.clock.Now()
 	rt.handler(ctx)
-	r.metrics.Request(path, ctx.Response.StatusCode(), r.now().Sub(start))
+	r.metrics.Request(path, ctx.Response.StatusCode(), r.clock.Now().Sub(start))
 }
 
 // Handle adds a route (metrics, readiness, …) before the server starts.
@@ -179,6 +185,7 @@ func (r *Router) Serve(ln net.Listener) error { return r.server.Serve(ln) }
 // requests and streams finish until ctx ends.
 func (r *Router) Shutdown(ctx context.Context) error {
 	r.draining.Store(true)
+	r.stop()
 	err := r.server.ShutdownWithContext(ctx)
 	if !r.waitStreams(ctx.Done()) && err == nil {
 		err = ctx.Err()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"pdlb"
 	"pdlb/bootstrap"
 	"pdlb/config"
 )
@@ -23,7 +24,7 @@ func startRegistry(t *testing.T) (url, addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := bootstrap.NewRegistry(config.Bootstrap{}, zerolog.Nop(), bootstrap.SystemClock())
+	reg := bootstrap.NewRegistry(config.Bootstrap{}, zerolog.Nop(), pdlb.SystemClock())
 	srv := reg.NewServer(ln.Addr().(*net.TCPAddr).Port)
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
@@ -152,7 +153,7 @@ func TestBootstrapDecodeNotReady(t *testing.T) {
 	var sleeps atomic.Int32
 	sleep := func(ctx context.Context, d time.Duration) error {
 		sleeps.Add(1)
-		return bootstrap.SleepContext(ctx, d)
+		return pdlb.SleepContext(ctx, d)
 	}
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"pdlb/bootstrap"
+	"pdlb"
 )
 
 // Engine roles, as SGLang's --disaggregation-mode names them.
@@ -193,7 +193,7 @@ func New(opts Options, log zerolog.Logger) *Engine {
 	}
 	opts.DP, opts.TP = min(max(opts.DP, 1), maxParallel), min(max(opts.TP, 1), maxParallel)
 	if opts.Sleep == nil {
-		opts.Sleep = bootstrap.SleepContext
+		opts.Sleep = pdlb.SleepContext
 	}
 	if opts.Fast {
 		opts.TokenDelay, opts.PrefillPerToken, opts.DecodePerToken, opts.MaxBatch = 0, 0, 0, 0

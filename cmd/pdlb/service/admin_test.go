@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"pdlb"
-
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/proxy/proxytest"

@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
 
+	"pdlb"
 	"pdlb/bootstrap"
 	"pdlb/config"
 	"pdlb/proxy"
@@ -48,7 +49,7 @@ func newRegistryWiring(cfg *config.Config, log zerolog.Logger) *registryWiring {
 		w.dir = w.poller
 		return w
 	}
-	w.registry = bootstrap.NewRegistry(cfg.Bootstrap, log.With().Str("component", "bootstrap").Logger(), bootstrap.SystemClock())
+	w.registry = bootstrap.NewRegistry(cfg.Bootstrap, log.With().Str("component", "bootstrap").Logger(), pdlb.SystemClock())
 	w.dir = w.registry
 	return w
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 
+	"pdlb"
 	"pdlb/bench/mock"
 	"pdlb/bootstrap"
 	"pdlb/config"
@@ -423,7 +424,7 @@ func (s *sleepRecorder) sleep(ctx context.Context, d time.Duration) error {
 		s.mu.Unlock()
 		s.n.Add(1)
 	}
-	return bootstrap.SleepContext(ctx, d)
+	return pdlb.SleepContext(ctx, d)
 }
 
 func (s *sleepRecorder) recorded() []time.Duration {

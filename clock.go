@@ -1,16 +1,17 @@
-package bootstrap
+package pdlb
 
 import (
 	"context"
 	"time"
 )
 
-// SleepFunc waits d or until ctx is done. Injected everywhere this package
-// waits, so tests can record delays instead of spending them.
+// SleepFunc waits d or until ctx is done. Injected everywhere pdlb waits,
+// so tests can record delays instead of spending them.
 type SleepFunc func(ctx context.Context, d time.Duration) error
 
-// Clock is the time source of everything time-dependent in this package.
-// Zero fields fall back to the system clock.
+// Clock is the time source of everything time-dependent in pdlb (the
+// request path's deadlines and retry backoff, the registry's expiry, the
+// registration client's backoff). Zero fields fall back to the system clock.
 type Clock struct {
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
@@ -21,7 +22,8 @@ type Clock struct {
 // SystemClock is the real clock.
 func SystemClock() Clock { return Clock{Now: time.Now, Sleep: SleepContext} }
 
-func (c Clock) orSystem() Clock {
+// OrSystem fills zero fields with the system clock.
+func (c Clock) OrSystem() Clock {
 	if c.Now == nil {
 		c.Now = time.Now
 	}

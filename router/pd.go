@@ -1,0 +1,194 @@
+package router
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/valyala/bytebufferpool"
+	"github.com/valyala/fasthttp"
+
+	"pdlb"
+	"pdlb/proxy"
+)
+
+// pdHandler serves a fan-out route (/generate and the OpenAI routes).
+func (r *Router) pdHandler(route string, batchAware bool) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) { r.servePD(ctx, route, batchAware) }
+}
+
+// servePD is the request path from top to bottom: admission, parsing, then
+// the attempts (selection, injection, fan-out, retries before the first
+// byte) and the answer. A stream leaves here at once for a goroutine of
+// its own (stream.go), which then owns the request.
+func (r *Router) servePD(ctx *fasthttp.RequestCtx, route string, batchAware bool) {
+	q := r.newRequest(ctx, route)
+	if q.admit(ctx) && q.parse(batchAware) && q.parsed.stream {
+		q.serveStreamAsync(ctx)
+		return
+	}
+	defer q.finish()
+	if q.status != 0 {
+		return // refused by admission or parsing
+	}
+	q.exchange() // a non-stream request commits no stream: its answer is in q.resp
+}
+
+// refusal is an attempt refused before any backend was contacted.
+type refusal struct {
+	status int
+	msg    string
+}
+
+// exchange runs the attempts, retrying on a fresh pair before the first
+// byte. It returns the committed stream of a stream request, to be
+// relayed; otherwise the answer or the error is in q.resp.
+func (q *request) exchange() *proxy.Stream {
+	cfg := q.r.cfg()
+	var exclude []*proxy.Backend
+	var lastErr *proxy.UpstreamError
+	all503 := true
+	for attempt := 1; ; attempt++ {
+		q.attempts = attempt
+		ans, uerr, ref := q.attempt(exclude)
+		if ans != nil {
+			return q.answer(ans)
+		}
+		if uerr == nil {
+			if lastErr == nil || ref.status != fasthttp.StatusServiceUnavailable {
+				if ref.status == fasthttp.StatusServiceUnavailable {
+					q.unavailable(1, ref.msg)
+				} else {
+					q.fail(ref.status, pdlb.ErrInvalidRequest, ref.msg, errors.New(ref.msg))
+				}
+				return nil
+			}
+			break // retries ran out of backends: report the real failure
+		}
+		lastErr = uerr
+		if errors.Is(uerr.Err, proxy.ErrClientGone) {
+			q.status, q.err = statusClientGone, uerr
+			return nil
+		}
+		all503 = all503 && uerr.Kind == proxy.KindStatus && uerr.Status == fasthttp.StatusServiceUnavailable
+		if attempt >= cfg.Retry.MaxAttempts || !uerr.Retryable() {
+			break
+		}
+		exclude = append(exclude, uerr.Backend)
+		q.r.log.Warn().Str("request_id", q.id).Int("attempt", attempt).Err(uerr).Msg("retrying on another pair")
+		q.r.metrics.Retry(q.route)
+		if !q.backoff(backoff(cfg.Retry.Initial, cfg.Retry.Max, attempt)) {
+			if q.status == statusClientGone {
+				return nil
+			}
+			break
+		}
+	}
+	q.failUpstream(lastErr, all503)
+	return nil
+}
+
+// failUpstream answers with the last attempt's failure: a backend's 4xx
+// as is (it is the client's answer); 503 with Retry-After when every
+// attempt met an engine saying it is overloaded (the engine's own
+// Retry-After when it sent one); otherwise 502, or 504 for a timeout.
+func (q *request) failUpstream(last *proxy.UpstreamError, all503 bool) {
+	status := last.ClientStatus()
+	switch {
+	case all503:
+		retryAfter := 1
+		if n, err := strconv.Atoi(string(last.RetryAfter)); err == nil && n >= 0 {
+			retryAfter = n
+		}
+		pdlb.SetError(q.resp, fasthttp.StatusServiceUnavailable, pdlb.ErrUnavailable, last.Error())
+		q.resp.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(retryAfter))
+		status = fasthttp.StatusServiceUnavailable
+	case last.Kind == proxy.KindStatus && status < 500:
+		q.resp.SetStatusCode(last.Status)
+		q.resp.Header.SetContentTypeBytes(last.ContentType)
+		q.resp.SetBody(last.Body)
+	default:
+		pdlb.SetError(q.resp, status, pdlb.ErrUpstream, last.Error())
+	}
+	q.status, q.err = status, last
+}
+
+// attempt selects a pair, injects and runs one fan-out. It returns an
+// answer, an upstream error, or a refusal made before any backend was
+// contacted (no pair available, a bad DP rank).
+func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.UpstreamError, refusal) {
+	r, req := q.r, &q.parsed
+	pt, dt, msg := r.pickPair(req, exclude)
+	if msg != "" {
+		return nil, nil, refusal{fasthttp.StatusServiceUnavailable, msg}
+	}
+	p, d := pt.Backend(), dt.Backend()
+	q.prefill, q.decode = p.URL, d.URL
+
+	dpSize, status, msg := r.checkRank(p, req, q.deadline)
+	if status != 0 {
+		pt.Release()
+		dt.Release()
+		return nil, nil, refusal{status, msg}
+	}
+	in := injection{host: p.Host, port: p.Bootstrap().Port, batch: req.batch > 0}
+	if h := r.cfg().AdvertiseHost; h != "" {
+		in.host = h
+	}
+	var one [1]uint64
+	if in.batch {
+		in.rooms = make([]uint64, req.batch)
+	} else {
+		in.rooms = one[:]
+	}
+	for i := range in.rooms {
+		in.rooms[i] = newRoom(dpSize, req.prefillRank)
+	}
+	q.room = in.rooms[0]
+	// Both bodies live in one pooled buffer that the proxy returns once both
+	// legs have sent them.
+	buf := bytebufferpool.Get()
+	buf.B = appendInjected(buf.B[:0], q.body, req, rankFor(&in, req, dpSize, "routed_dp_rank"))
+	pEnd := len(buf.B)
+	if req.rankField != "" && dpSize > 0 {
+		buf.B = appendInjected(buf.B, q.body, req, rankFor(&in, req, dpSize, "disagg_prefill_dp_rank"))
+	}
+	pBody, dBody := buf.B[:pEnd], buf.B[pEnd:]
+	if len(dBody) == 0 {
+		dBody = pBody
+	}
+	x := proxy.Exchange{
+		Prefill: pt, Decode: dt, Path: q.route,
+		PrefillBody: pBody, DecodeBody: dBody, Buffer: buf,
+		Stream: req.stream, MergeLogprobs: req.returnLogprob && q.route == "/generate",
+		RequestID: q.id, Deadline: q.deadline, ClientConn: q.conn,
+	}
+	ans, uerr := r.proxy.Do(&x)
+	return ans, uerr, refusal{}
+}
+
+// rankFor returns the injection for one leg: with a client-named prefill
+// rank, the prefill gets routed_dp_rank and the decode disagg_prefill_dp_rank.
+func rankFor(in *injection, req *pdRequest, dpSize int, key string) *injection {
+	if req.rankField == "" || dpSize == 0 {
+		return in
+	}
+	leg := *in
+	leg.rankKey, leg.rank = key, req.prefillRank
+	return &leg
+}
+
+// answer writes a committed non-streamed answer into q.resp (and returns
+// nil), or returns a committed stream for the caller to relay.
+func (q *request) answer(ans *proxy.Answer) *proxy.Stream {
+	q.status = ans.Status
+	q.r.metrics.TTFT(q.route, q.r.clock.Now().Sub(q.start))
+	if ans.Stream != nil {
+		return ans.Stream
+	}
+	q.resp.SetStatusCode(ans.Status)
+	q.resp.Header.SetContentTypeBytes(ans.ContentType)
+	q.resp.SetBody(ans.Body)
+	q.bytes = len(ans.Body)
+	ans.Release()
+	return nil
+}
