@@ -23,7 +23,7 @@ func FuzzRouteHandlers(f *testing.F) {
 	f.Add("GET", sentinelPath, []byte(nil), false, uint8(2))
 	f.Add("POST", "/query_dp_ranks", []byte(`{"bootstrap_rooms":[1,"2"]}`), false, uint8(0))
 	f.Fuzz(func(t *testing.T, method, uri string, body []byte, authorized bool, preload uint8) {
-		reg := NewRegistry(config.Bootstrap{AuthToken: "tok", ExtendedSentinel: preload&4 != 0}, zerolog.Nop(), pdlb.Clock{})
+		reg := NewRegistry(defaulted(config.Bootstrap{AuthToken: "tok", ExtendedSentinel: preload&4 != 0}), zerolog.Nop(), pdlb.Clock{})
 		h := reg.Handler(8998)
 		reg.AddNamespace(8998)
 		ns := reg.namespace(8998)
@@ -58,8 +58,8 @@ func FuzzRouteHandlers(f *testing.F) {
 				t.Fatalf("GET %s → invalid JSON %q", q, ctx.Response.Body())
 			}
 		}
-		if reg, exp := ns.registered.Load(), ns.expected.Load(); reg > exp || (ns.ready.Load() != (exp > 0 && reg == exp)) {
-			t.Fatalf("inconsistent readiness: %d of %d, ready=%v", reg, exp, ns.ready.Load())
+		if reg, exp := ns.state.registered.Load(), ns.state.expected.Load(); reg > exp || (ns.state.ready() != (exp > 0 && reg == exp)) {
+			t.Fatalf("inconsistent readiness: %d of %d, ready=%v", reg, exp, ns.state.ready())
 		}
 	})
 }

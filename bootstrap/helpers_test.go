@@ -45,7 +45,7 @@ type regEnv struct {
 func startRegistry(t *testing.T, cfg config.Bootstrap) *regEnv {
 	t.Helper()
 	clk := newFakeClock()
-	reg := NewRegistry(cfg, zerolog.Nop(), pdlb.Clock{Now: clk.Now})
+	reg := NewRegistry(defaulted(cfg), zerolog.Nop(), pdlb.Clock{Now: clk.Now})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +62,19 @@ func startRegistry(t *testing.T, cfg config.Bootstrap) *regEnv {
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	return &regEnv{reg: reg, port: port, base: "http://" + addr, addr: addr, client: &fasthttp.Client{}, clock: clk}
+}
+
+// defaulted fills the zero durations of cfg from config.Default(), as
+// loading a config file does.
+func defaulted(cfg config.Bootstrap) config.Bootstrap {
+	d := config.Default().Bootstrap
+	if cfg.DPRankTTL == 0 {
+		cfg.DPRankTTL = d.DPRankTTL
+	}
+	if cfg.InfoWait == 0 {
+		cfg.InfoWait = d.InfoWait
+	}
+	return cfg
 }
 
 type reply struct {

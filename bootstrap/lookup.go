@@ -13,13 +13,9 @@ import (
 	"pdlb"
 )
 
-// Lookup defaults: the decode side's patience with a registry that is not
-// ready yet (20 × 1 s), and SGLang's per-request timeout.
-const (
-	DefaultLookupAttempts = 20
-	DefaultLookupInterval = time.Second
-	lookupTimeout         = 5 * time.Second
-)
+// lookupTimeout bounds one GET of a lookup or a poll: SGLang's own
+// per-request timeout for the same GETs (§5).
+const lookupTimeout = 5 * time.Second
 
 // SentinelQuery is the GET /route query that asks for a prefill's parallel
 // info rather than one rank.
@@ -29,8 +25,9 @@ const SentinelQuery = "prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&t
 // ("http://host:port"). A 503 (not fully registered) or a transport error
 // is retried, sleeping interval between tries, at most attempts tries in
 // all; then the error wraps ErrNotReady and quotes the last answer. Other
-// statuses fail at once. attempts ≤ 0 and interval ≤ 0 take the defaults,
-// a nil client a fresh one, a nil sleep pdlb.SleepContext.
+// statuses fail at once. The caller picks attempts (at least 1 is made)
+// and interval (bootstrap.lookup_attempts and lookup_interval in pdlb's
+// config); a nil client means a fresh one, a nil sleep pdlb.SleepContext.
 func FetchPrefillInfo(ctx context.Context, client *fasthttp.Client, baseURL string, attempts int, interval time.Duration, sleep pdlb.SleepFunc) (PrefillInfo, error) {
 	body, err := getPatiently(ctx, client, baseURL, SentinelQuery, "prefill info", attempts, interval, sleep)
 	if err != nil {
@@ -61,12 +58,7 @@ func FetchRank(ctx context.Context, client *fasthttp.Client, baseURL string, att
 }
 
 func getPatiently(ctx context.Context, client *fasthttp.Client, baseURL, query, what string, attempts int, interval time.Duration, sleep pdlb.SleepFunc) ([]byte, error) {
-	if attempts <= 0 {
-		attempts = DefaultLookupAttempts
-	}
-	if interval <= 0 {
-		interval = DefaultLookupInterval
-	}
+	attempts = max(attempts, 1)
 	if sleep == nil {
 		sleep = pdlb.SleepContext
 	}

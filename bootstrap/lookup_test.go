@@ -39,7 +39,8 @@ func TestFetchPrefillInfoGivesUp(t *testing.T) {
 	e := startRegistry(t, config.Bootstrap{})
 	mustStatus(t, "PUT", e.do(t, "PUT", "/route", rankPUT(2, 0, 2, 0, "10.0.0.1", 17000, nil)), 200)
 	var sl sleepRecorder
-	_, err := FetchPrefillInfo(context.Background(), nil, e.base, 0, 0, sl.Sleep)
+	d := config.Default().Bootstrap
+	_, err := FetchPrefillInfo(context.Background(), nil, e.base, d.LookupAttempts, d.LookupInterval, sl.Sleep)
 	if !errors.Is(err, ErrNotReady) {
 		t.Fatalf("err = %v", err)
 	}

@@ -22,16 +22,13 @@ type RankInfo struct {
 type Namespace struct {
 	port int
 
-	mu      sync.RWMutex
-	topo    *topology
-	ranks   map[rankKey]RankInfo
-	readyCh chan struct{} // closed when ready; replaced on reset
+	mu    sync.RWMutex
+	topo  *topology
+	ranks map[rankKey]RankInfo
 
 	// Read without the lock by the request path and the GET handlers.
-	ready      atomic.Bool
-	registered atomic.Int64
-	expected   atomic.Int64
-	snap       atomic.Pointer[snapshot] // non-nil iff ready
+	state *readiness
+	snap  atomic.Pointer[snapshot] // non-nil iff ready
 
 	dp *dpRankTable
 }
@@ -50,7 +47,7 @@ type snapshot struct {
 }
 
 func newNamespace(port int, dp *dpRankTable) *Namespace {
-	return &Namespace{port: port, ranks: map[rankKey]RankInfo{}, readyCh: make(chan struct{}), dp: dp}
+	return &Namespace{port: port, ranks: map[rankKey]RankInfo{}, state: newReadiness(), dp: dp}
 }
 
 // Port is the bootstrap port that names this namespace.
@@ -74,16 +71,13 @@ func (ns *Namespace) register(r *registration) (replaced, becameReady bool, err 
 	_, replaced = ns.ranks[r.key]
 	ns.ranks[r.key] = r.rank
 	n, want := len(ns.ranks), ns.topo.ranks()
-	ns.registered.Store(int64(n))
-	ns.expected.Store(int64(want))
+	ns.state.setCounts(n, want)
 	if n == want {
 		// Rebuilt on every PUT once ready: page_size/kv_cache_dtype may still
 		// go from null to a value through a re-registration.
-		ns.snap.Store(newSnapshot(ns.topo))
-		if !ns.ready.Swap(true) {
-			close(ns.readyCh)
-			becameReady = true
-		}
+		snap := newSnapshot(ns.topo)
+		ns.snap.Store(snap)
+		becameReady = ns.state.setReady(&snap.info)
 	}
 	return replaced, becameReady, nil
 }
@@ -154,13 +148,6 @@ func (ns *Namespace) lookup(k rankKey) (RankInfo, bool) {
 	return ri, ok
 }
 
-// readyChan is closed once the namespace is ready (or already is).
-func (ns *Namespace) readyChan() <-chan struct{} {
-	ns.mu.RLock()
-	defer ns.mu.RUnlock()
-	return ns.readyCh
-}
-
 // reset forgets topology, ranks and DP-rank entries so a restarted prefill
 // can register a different layout. It returns how many ranks were dropped.
 func (ns *Namespace) reset() int {
@@ -170,11 +157,8 @@ func (ns *Namespace) reset() int {
 	ns.topo = nil
 	ns.ranks = map[rankKey]RankInfo{}
 	ns.snap.Store(nil)
-	ns.registered.Store(0)
-	ns.expected.Store(0)
-	if ns.ready.Swap(false) {
-		ns.readyCh = make(chan struct{})
-	}
+	ns.state.setNotReady()
+	ns.state.setCounts(0, 0)
 	ns.dp.clear()
 	return n
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -15,15 +14,14 @@ import (
 	"pdlb"
 )
 
-// PollerOptions configures a Poller. Zero values take the defaults noted.
+// PollerOptions configures a Poller.
 type PollerOptions struct {
-	// Interval between polls while a registry is not ready. Default 1s
-	// (config.Bootstrap.PollInterval).
+	// Interval between polls while a registry is not ready
+	// (bootstrap.poll_interval). Required.
 	Interval time.Duration
-	// Refresh between polls once ready. Default 5s (the health interval).
+	// Refresh between polls once ready (pdlb passes health.interval).
+	// Required.
 	Refresh time.Duration
-	// Timeout of one GET. Default 5s.
-	Timeout time.Duration
 	// Sleep waits between polls. Default pdlb.SleepContext.
 	Sleep pdlb.SleepFunc
 	// Client sends the GETs. Default a new fasthttp.Client.
@@ -43,35 +41,22 @@ type Poller struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	targets atomic.Pointer[map[string]*target] // copy-on-write: Ready takes no lock
+	targets pdlb.CopyOnWrite[map[string]*target]
 }
 
 type target struct {
 	addr, url string
 	cancel    context.CancelFunc
+	state     *readiness
 
-	info       atomic.Pointer[PrefillInfo] // non-nil iff ready
-	registered atomic.Int64
-	expected   atomic.Int64
-
-	mu      sync.Mutex
-	readyCh chan struct{}      // closed while ready
-	wake    context.CancelFunc // ends the current sleep early
-	kicked  bool               // a wake came while no sleep was running
+	mu     sync.Mutex
+	wake   context.CancelFunc // ends the current sleep early
+	kicked bool               // a wake came while no sleep was running
 }
 
-// NewPoller returns a Poller with no addresses; Close stops it.
+// NewPoller returns a Poller with no addresses; Close stops it. Each poll
+// is one GET bounded by SGLang's own lookup timeout (5 s).
 func NewPoller(o PollerOptions, log zerolog.Logger) *Poller {
-	if o.Interval <= 0 {
-		o.Interval = time.Second
-	}
-	if o.Refresh <= 0 {
-		o.Refresh = 5 * time.Second
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = lookupTimeout
-	}
 	if o.Sleep == nil {
 		o.Sleep = pdlb.SleepContext
 	}
@@ -80,48 +65,34 @@ func NewPoller(o PollerOptions, log zerolog.Logger) *Poller {
 	}
 	p := &Poller{o: o, log: log.With().Str("component", "bootstrap-poller").Logger()}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.targets.Store(&map[string]*target{})
 	return p
 }
 
 // Add starts polling the registry at addr ("host:port", IPv6 bracketed); a
 // no-op if it is polled already or the Poller is closed.
 func (p *Poller) Add(addr string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old := *p.targets.Load()
-	if _, ok := old[addr]; ok || p.ctx.Err() != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(p.ctx)
-	t := &target{addr: addr, url: "http://" + addr + "/route?" + SentinelQuery, cancel: cancel, readyCh: make(chan struct{})}
-	m := make(map[string]*target, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[addr] = t
-	p.targets.Store(&m)
-	p.wg.Add(1)
-	go p.run(ctx, t)
+	p.targets.Update(func(m map[string]*target) (map[string]*target, bool) {
+		if _, ok := m[addr]; ok || p.ctx.Err() != nil {
+			return m, false
+		}
+		ctx, cancel := context.WithCancel(p.ctx)
+		t := &target{addr: addr, url: "http://" + addr + "/route?" + SentinelQuery, cancel: cancel, state: newReadiness()}
+		p.wg.Add(1)
+		go p.run(ctx, t)
+		return pdlb.WithKey(m, addr, t), true
+	})
 }
 
 // Remove stops polling addr and forgets its info.
 func (p *Poller) Remove(addr string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old := *p.targets.Load()
-	t, ok := old[addr]
-	if !ok {
-		return
-	}
-	t.cancel()
-	m := make(map[string]*target, len(old))
-	for k, v := range old {
-		if k != addr {
-			m[k] = v
+	p.targets.Update(func(m map[string]*target) (map[string]*target, bool) {
+		t, ok := m[addr]
+		if !ok {
+			return m, false
 		}
-	}
-	p.targets.Store(&m)
+		t.cancel()
+		return pdlb.WithoutKey(m, addr), true
+	})
 }
 
 // Close stops every poll and waits for the goroutines to end.
@@ -135,7 +106,7 @@ func (p *Poller) run(ctx context.Context, t *target) {
 	for {
 		p.poll(t)
 		d := p.o.Interval
-		if t.info.Load() != nil {
+		if t.state.ready() {
 			d = p.o.Refresh
 		}
 		sctx, cancel := context.WithCancel(ctx)
@@ -158,45 +129,31 @@ func (p *Poller) run(ctx context.Context, t *target) {
 }
 
 func (p *Poller) poll(t *target) {
-	status, body, err := getOnce(p.o.Client, t.url, p.o.Timeout)
+	status, body, err := getOnce(p.o.Client, t.url, lookupTimeout)
 	var info PrefillInfo
 	switch {
 	case err != nil:
 		err = rootCause(err)
 	case status != fasthttp.StatusOK:
 		if reg, exp, ok := parseNotReady(body); ok {
-			t.registered.Store(int64(reg))
-			t.expected.Store(int64(exp))
+			t.state.setCounts(reg, exp)
 		}
 		err = fmt.Errorf("status %d: %s", status, clip(strings.TrimSpace(string(body)), 200))
 	default:
 		info, err = decodeSentinel(body)
 	}
 	if err != nil {
-		t.mu.Lock()
-		wasReady := t.info.Swap(nil) != nil
-		if wasReady {
-			t.readyCh = make(chan struct{})
-		}
-		t.mu.Unlock()
-		if wasReady {
+		if t.state.setNotReady() {
 			p.log.Warn().Str("bootstrap_addr", t.addr).Err(err).Msg("prefill registry no longer ready")
 		} else {
 			p.log.Debug().Str("bootstrap_addr", t.addr).Err(err).Msg("prefill registry not ready")
 		}
 		return
 	}
-	n := int64(info.Ranks())
-	t.registered.Store(n)
-	t.expected.Store(n)
-	t.mu.Lock()
-	wasReady := t.info.Swap(&info) != nil
-	if !wasReady {
-		close(t.readyCh)
-	}
-	t.mu.Unlock()
-	if !wasReady {
-		p.log.Info().Str("bootstrap_addr", t.addr).Int("ranks", int(n)).Msg("prefill registry ready")
+	n := info.Ranks()
+	t.state.setCounts(n, n)
+	if t.state.setReady(&info) {
+		p.log.Info().Str("bootstrap_addr", t.addr).Int("ranks", n).Msg("prefill registry ready")
 	}
 }
 
@@ -211,59 +168,32 @@ func (t *target) wakeNow() {
 	}
 }
 
-func (t *target) readyChan() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.readyCh
+// stateOf is addr's readiness; nil when addr is not polled.
+func (p *Poller) stateOf(addr string) *readiness {
+	if t := p.targets.Load()[addr]; t != nil {
+		return t.state
+	}
+	return nil
 }
-
-func (p *Poller) target(addr string) *target { return (*p.targets.Load())[addr] }
 
 // Ready implements Directory.
-func (p *Poller) Ready(addr string) bool {
-	t := p.target(addr)
-	return t != nil && t.info.Load() != nil
-}
+func (p *Poller) Ready(addr string) bool { return p.stateOf(addr).ready() }
 
 // Info implements Directory.
-func (p *Poller) Info(addr string) (PrefillInfo, bool) {
-	if t := p.target(addr); t != nil {
-		if i := t.info.Load(); i != nil {
-			return *i, true
-		}
-	}
-	return PrefillInfo{}, false
-}
-
-// WaitInfo implements Directory: it triggers an immediate poll and waits
-// for the address to become ready or ctx to end.
-func (p *Poller) WaitInfo(ctx context.Context, addr string) (PrefillInfo, error) {
-	t := p.target(addr)
-	if t == nil {
-		return PrefillInfo{}, fmt.Errorf("prefill bootstrap %s: %w", addr, ErrUnknownPrefill)
-	}
-	for {
-		if i := t.info.Load(); i != nil {
-			return *i, nil
-		}
-		ch := t.readyChan()
-		t.wakeNow()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return PrefillInfo{}, fmt.Errorf("prefill bootstrap %s: %w (%s): %w", addr, ErrNotReady, countText(t.registered.Load(), t.expected.Load()), ctx.Err())
-		}
-	}
-}
+func (p *Poller) Info(addr string) (PrefillInfo, bool) { return p.stateOf(addr).current() }
 
 // Status implements Directory; for a not-ready registry the counts come
 // from its 503 text when it gives them.
-func (p *Poller) Status(addr string) (registered, expected int) {
-	t := p.target(addr)
+func (p *Poller) Status(addr string) (registered, expected int) { return p.stateOf(addr).status() }
+
+// WaitInfo implements Directory: it polls at once and waits for the
+// address to become ready or ctx to end.
+func (p *Poller) WaitInfo(ctx context.Context, addr string) (PrefillInfo, error) {
+	t := p.targets.Load()[addr]
 	if t == nil {
-		return 0, 0
+		return (*readiness)(nil).wait(ctx, addr, nil)
 	}
-	return int(t.registered.Load()), int(t.expected.Load())
+	return t.state.wait(ctx, addr, t.wakeNow)
 }
 
 // parseNotReady reads the counts from a 503 text: pdlb's "(k of N ranks

@@ -175,7 +175,7 @@ func freeAddr(t *testing.T) string {
 // backoff and the third attempt registers.
 func TestRegistrarPrefillBeforeRegistry(t *testing.T) {
 	addr := freeAddr(t)
-	reg := NewRegistry(config.Bootstrap{}, zerolog.Nop(), pdlb.Clock{})
+	reg := NewRegistry(defaulted(config.Bootstrap{}), zerolog.Nop(), pdlb.Clock{})
 	_, portStr, _ := net.SplitHostPort(addr)
 	port, _ := pyInt(portStr)
 	srv := reg.NewServer(int(port))

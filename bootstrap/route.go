@@ -40,10 +40,10 @@ func (r *Registry) logRegistration(ns *Namespace, reg *registration, replaced, b
 	ev.Int("bootstrap_port", ns.port).
 		Int("dp", reg.key.dp).Int("cp", reg.key.cp).Int("tp", reg.key.tp).Int("pp", reg.key.pp).
 		Str("rank_ip", reg.rank.RankIP).Int("rank_port", reg.rank.RankPort).Bool("replaced", replaced).
-		Int64("registered", ns.registered.Load()).Int64("expected", ns.expected.Load()).
+		Int64("registered", ns.state.registered.Load()).Int64("expected", ns.state.expected.Load()).
 		Msg("prefill rank registered")
 	if becameReady {
-		r.log.Info().Int("bootstrap_port", ns.port).Int64("ranks", ns.expected.Load()).Msg("prefill fully registered")
+		r.log.Info().Int("bootstrap_port", ns.port).Int64("ranks", ns.state.expected.Load()).Msg("prefill fully registered")
 	}
 }
 

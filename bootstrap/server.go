@@ -189,7 +189,7 @@ func badRequest(ctx *fasthttp.RequestCtx, err error) {
 func notReady(ctx *fasthttp.RequestCtx, ns *Namespace) {
 	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
 	textReply(ctx, fasthttp.StatusServiceUnavailable,
-		"Prefill server not fully registered yet ("+countText(ns.registered.Load(), ns.expected.Load())+").")
+		"Prefill server not fully registered yet ("+countText(ns.state.registered.Load(), ns.state.expected.Load())+").")
 }
 
 // printfLogger routes fasthttp's internal messages (malformed requests,

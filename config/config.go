@@ -116,11 +116,13 @@ type Bootstrap struct {
 	ExtendedSentinel bool `koanf:"extended_sentinel"`
 	// DPRankTTL is how long /register_dp_rank entries live. Default 120s.
 	DPRankTTL time.Duration `koanf:"dp_rank_ttl"`
-	// InfoWait bounds the slow path that waits for a prefill's parallel info. Default 5s.
+	// InfoWait bounds the slow path that waits for a prefill's parallel info; 0 means no wait. Default 5s.
 	InfoWait time.Duration `koanf:"info_wait"`
 	// PollInterval is how often external mode polls a registry that is not ready yet. Default 1s.
 	PollInterval time.Duration `koanf:"poll_interval"`
-	// LookupAttempts and LookupInterval bound retries of 503 "not ready" answers. Default 20 × 1s.
+	// LookupAttempts and LookupInterval bound the lookup client's retries of
+	// 503 "not ready" answers (the decodes of `pdlb demo` and `pdlb mock`;
+	// `pdlb serve` polls registries instead, poll_interval). Default 20 × 1s.
 	LookupAttempts int           `koanf:"lookup_attempts"`
 	LookupInterval time.Duration `koanf:"lookup_interval"`
 }

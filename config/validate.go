@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -92,10 +91,11 @@ func (c *Config) checkAdmin() *Error {
 func (c *Config) checkBackends() *Error {
 	seen := map[string]string{} // normalized URL -> key that first named it
 	add := func(key, raw string) *Error {
-		norm, err := normalizeURL(raw)
+		u, err := ParseBackendURL(raw)
 		if err != nil {
 			return errorf(key, err.Error())
 		}
+		norm := u.Key()
 		if first, dup := seen[norm]; dup {
 			return errorf(key, fmt.Sprintf("duplicate backend %s (also %s)", raw, first))
 		}
@@ -126,41 +126,6 @@ func (c *Config) checkBackends() *Error {
 	return nil
 }
 
-// normalizeURL checks a backend URL and returns a form in which two
-// spellings of one engine ("http://P:80/" and "http://p") compare equal.
-func normalizeURL(raw string) (string, error) {
-	if raw == "" {
-		return "", fmt.Errorf("URL is required")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("%q is not a URL", raw)
-	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme == "https" {
-		// Engines serve plain HTTP inside the cluster; pdlb's upstream
-		// connections are plain TCP.
-		return "", fmt.Errorf("%q: https:// backends are not supported, use http://", raw)
-	}
-	if scheme != "http" {
-		return "", fmt.Errorf("%q must start with http://", raw)
-	}
-	if strings.Trim(u.Path, "/") != "" {
-		return "", fmt.Errorf("%q must not have a path: pdlb appends the route (/generate, …) to host:port", raw)
-	}
-	if u.Hostname() == "" {
-		return "", fmt.Errorf("%q has no host", raw)
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", fmt.Errorf("%q must not carry a query, fragment or user info", raw)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "80"
-	}
-	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port, nil
-}
-
 func (c *Config) checkLimits() *Error {
 	if c.Limits.MaxBodyBytes <= 0 {
 		return errorf("limits.max_body_bytes", fmt.Sprintf("%d must be positive", c.Limits.MaxBodyBytes))
@@ -183,8 +148,14 @@ func (c *Config) checkBootstrap() *Error {
 	if b.LookupAttempts < 1 {
 		return errorf("bootstrap.lookup_attempts", fmt.Sprintf("%d must be at least 1", b.LookupAttempts))
 	}
+	if b.Mode == "external" && b.PollInterval <= 0 {
+		return errorf("bootstrap.poll_interval", "must be positive in external mode")
+	}
 	if b.Mode != "embedded" {
 		return nil
+	}
+	if b.DPRankTTL <= 0 {
+		return errorf("bootstrap.dp_rank_ttl", "must be positive in embedded mode")
 	}
 	if b.AdvertiseHost == "" {
 		return errorf("bootstrap.advertise_host", "required in embedded mode (engines must reach the registry)")
@@ -210,6 +181,9 @@ func (c *Config) checkBootstrap() *Error {
 }
 
 func (c *Config) checkBreaker() *Error {
+	if c.Breaker.Enabled && c.Breaker.OpenTimeout <= 0 {
+		return errorf("breaker.open_timeout", "must be positive while breakers are enabled")
+	}
 	r := c.Breaker.FailureRatio
 	if math.IsNaN(r) || r < 0 || r > 1 {
 		return errorf("breaker.failure_ratio", fmt.Sprintf("%v out of range 0..1", r))
@@ -237,6 +211,9 @@ func (c *Config) checkHealth() *Error {
 	}
 	if h.PassThreshold < 1 {
 		return errorf("health.pass_threshold", fmt.Sprintf("%d must be at least 1", h.PassThreshold))
+	}
+	if h.Timeout <= 0 {
+		return errorf("health.timeout", "must be positive while health checks are on")
 	}
 	return nil
 }

@@ -3,13 +3,14 @@ package proxy
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/config"
 )
 
 // Role is a backend's part in a PD request.
@@ -38,6 +39,9 @@ type Backend struct {
 	// Host is the URL's host as engines expect it in bootstrap_host:
 	// lower-cased, IPv6 in brackets ("[::1]").
 	Host string
+	// key is the URL's normalised form (config.BackendURL.Key): two
+	// spellings of one engine are one backend.
+	key string
 	// bootstrap is replaced whole on reload while requests read it.
 	bootstrap atomic.Pointer[Bootstrap]
 
@@ -55,32 +59,23 @@ type Backend struct {
 	unhealthy atomic.Bool
 }
 
-// NewBackend parses rawURL and prepares the backend's connection pool.
+// NewBackend parses rawURL (config.ParseBackendURL) and prepares the
+// backend's connection pool.
 func NewBackend(rawURL string, role Role, dialTimeout time.Duration) (*Backend, error) {
-	u, err := url.Parse(rawURL)
+	u, err := config.ParseBackendURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%s url %q: %w", role, rawURL, err)
-	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("%s url %q: only http:// backends are supported", role, rawURL)
-	}
-	hostname := strings.ToLower(u.Hostname())
-	if hostname == "" {
-		return nil, fmt.Errorf("%s url %q: no host", role, rawURL)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "80"
+		return nil, fmt.Errorf("%s url: %w", role, err)
 	}
 	b := &Backend{
-		URL:        strings.TrimRight(rawURL, "/"),
+		URL:        u.URL,
 		Role:       role,
-		Host:       bracketIPv6(hostname),
-		hostHeader: u.Host,
-		up:         newUpstream(net.JoinHostPort(hostname, port), dialTimeout),
+		Host:       bracketIPv6(u.Host),
+		key:        u.Key(),
+		hostHeader: u.HostHeader,
+		up:         newUpstream(u.Addr(), dialTimeout),
 	}
 	b.plain = &fasthttp.HostClient{
-		Addr:                net.JoinHostPort(hostname, port),
+		Addr:                u.Addr(),
 		MaxConns:            64,
 		MaxIdleConnDuration: 4 * time.Second,
 		Dial: func(addr string) (net.Conn, error) {
@@ -92,7 +87,7 @@ func NewBackend(rawURL string, role Role, dialTimeout time.Duration) (*Backend, 
 
 // bracketIPv6 wraps an IPv6 literal the way SGLang's maybe_wrap_ipv6_address does.
 func bracketIPv6(host string) string {
-	if strings.Contains(host, ":") {
+	if strings.IndexByte(host, ':') >= 0 {
 		return "[" + host + "]"
 	}
 	return host

@@ -26,12 +26,10 @@ type Breaker struct {
 // errExcluded marks an outcome the breaker must not count (pdlb cancelled the leg).
 var errExcluded = errors.New("excluded from breaker counts")
 
-// NewBreaker builds a breaker from the config's trip rule. name is used in logs.
+// NewBreaker builds a breaker from the config's trip rule (a validated
+// config: breaker.open_timeout > 0). name is used in logs.
 func NewBreaker(name string, c config.Breaker, log zerolog.Logger, onChange func(name string, from, to gobreaker.State)) *Breaker {
-	b := &Breaker{timeout: c.OpenTimeout}
-	if b.timeout <= 0 {
-		b.timeout = 60 * time.Second
-	}
+	b := &Breaker{timeout: c.OpenTimeout} // > 0: config validation (gobreaker would take 0 as its own 60 s)
 	st := gobreaker.Settings{
 		Name:        name,
 		MaxRequests: c.HalfOpenMaxRequests,

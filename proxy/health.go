@@ -43,18 +43,10 @@ type streak struct {
 	fails, passes int
 }
 
-// NewHealthChecker builds a checker; nothing runs until Start.
-// Thresholds below 1 count as 1; a zero Timeout falls back to 2s.
+// NewHealthChecker builds a checker from a validated config (thresholds
+// at least 1 and a positive timeout when the interval is); nothing runs
+// until Start.
 func NewHealthChecker(pool *Pool, cfg config.Health, log zerolog.Logger) *HealthChecker {
-	if cfg.FailThreshold < 1 {
-		cfg.FailThreshold = 1
-	}
-	if cfg.PassThreshold < 1 {
-		cfg.PassThreshold = 1
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Second
-	}
 	return &HealthChecker{
 		pool:      pool,
 		cfg:       cfg,

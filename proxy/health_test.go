@@ -170,7 +170,7 @@ func TestHealthFollowsPool(t *testing.T) {
 		t.Fatalf("after adding: prefill healthy=%v decode healthy=%v, want false/true", pb.Healthy(), db.Healthy())
 	}
 
-	pool.Remove(Prefill, pb.URL)
+	pool.Remove(pb)
 	h.CheckOnce()
 	if got := bad.hits.Load(); got != 1 {
 		t.Fatalf("removed backend was checked %d times, want 1", got)

@@ -2,9 +2,10 @@ package proxy
 
 import (
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"pdlb"
+	"pdlb/config"
 )
 
 // Readiness tells whether a prefill's bootstrap registry namespace has every
@@ -14,70 +15,61 @@ type Readiness interface {
 	Ready(addr string) bool
 }
 
-// Pool is the live set of backends. Readers (the request path) load an
-// immutable slice without locking; writers (admin API, reload) copy on write.
+// Pool is the live set of backends. The request path reads each role's
+// slice with one atomic load; the admin API and reloads replace it whole.
 type Pool struct {
-	prefill atomic.Pointer[[]*Backend]
-	decode  atomic.Pointer[[]*Backend]
-	mu      sync.Mutex
+	prefill pdlb.CopyOnWrite[[]*Backend]
+	decode  pdlb.CopyOnWrite[[]*Backend]
 	ready   Readiness
 	now     func() time.Time
 }
 
 // NewPool returns an empty pool; ready may be nil (no registry gating).
 func NewPool(ready Readiness) *Pool {
-	p := &Pool{ready: ready, now: time.Now}
-	empty := []*Backend{}
-	p.prefill.Store(&empty)
-	p.decode.Store(&empty)
-	return p
+	return &Pool{ready: ready, now: time.Now}
 }
 
 // Backends returns the current backends of a role; callers must not modify it.
-func (p *Pool) Backends(role Role) []*Backend {
-	if role == Prefill {
-		return *p.prefill.Load()
-	}
-	return *p.decode.Load()
-}
+func (p *Pool) Backends(role Role) []*Backend { return p.slot(role).Load() }
 
-// Add inserts b, replacing a backend with the same URL and role.
+// Add inserts b, replacing a backend of its role with the same URL.
 func (p *Pool) Add(b *Backend) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ptr := p.slot(b.Role)
-	cur := *ptr.Load()
-	next := make([]*Backend, 0, len(cur)+1)
-	for _, old := range cur {
-		if old.URL != b.URL {
-			next = append(next, old)
+	p.slot(b.Role).Update(func(cur []*Backend) ([]*Backend, bool) {
+		next := make([]*Backend, 0, len(cur)+1)
+		for _, old := range cur {
+			if old.key != b.key {
+				next = append(next, old)
+			}
 		}
-	}
-	next = append(next, b)
-	ptr.Store(&next)
+		return append(next, b), true
+	})
 }
 
-// Remove takes the backend with url out of selection and returns it (nil if absent).
-func (p *Pool) Remove(role Role, url string) *Backend {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ptr := p.slot(role)
-	cur := *ptr.Load()
-	i := slices.IndexFunc(cur, func(b *Backend) bool { return b.URL == url })
-	if i < 0 {
-		return nil
-	}
-	removed := cur[i]
-	next := slices.Delete(slices.Clone(cur), i, i+1)
-	ptr.Store(&next)
+// Remove takes b out of selection and reports whether it was in the pool.
+func (p *Pool) Remove(b *Backend) bool {
+	removed := false
+	p.slot(b.Role).Update(func(cur []*Backend) ([]*Backend, bool) {
+		i := slices.Index(cur, b)
+		if i < 0 {
+			return cur, false
+		}
+		removed = true
+		return slices.Delete(slices.Clone(cur), i, i+1), true
+	})
 	return removed
 }
 
-// Find returns the backend with url in either role, or nil.
+// Find returns the backend at url (any spelling of it) in either role, or
+// nil.
 func (p *Pool) Find(url string) *Backend {
+	u, err := config.ParseBackendURL(url)
+	if err != nil {
+		return nil
+	}
+	key := u.Key()
 	for _, role := range []Role{Prefill, Decode} {
 		for _, b := range p.Backends(role) {
-			if b.URL == url {
+			if b.key == key {
 				return b
 			}
 		}
@@ -85,7 +77,7 @@ func (p *Pool) Find(url string) *Backend {
 	return nil
 }
 
-func (p *Pool) slot(role Role) *atomic.Pointer[[]*Backend] {
+func (p *Pool) slot(role Role) *pdlb.CopyOnWrite[[]*Backend] {
 	if role == Prefill {
 		return &p.prefill
 	}

@@ -31,11 +31,8 @@ func (r *Router) checkRank(p *proxy.Backend, req *pdRequest, deadline time.Time)
 	}
 	info, ok := r.info.Info(addr)
 	if !ok {
-		wait := r.cfg().InfoWait
-		if wait <= 0 {
-			wait = 5 * time.Second
-		}
-		c, cancel := context.WithDeadline(context.Background(), earliest(r.clock.Now().Add(wait), deadline))
+		// bootstrap.info_wait bounds the wait (0: no wait).
+		c, cancel := context.WithDeadline(context.Background(), earliest(r.clock.Now().Add(r.cfg().InfoWait), deadline))
 		var err error
 		info, err = r.info.WaitInfo(c, addr)
 		cancel()

@@ -21,10 +21,12 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"pdlb/bootstrap"
+	"pdlb/config"
 )
 
 const (
@@ -324,7 +326,7 @@ func (e *Engine) prefillInfo(ctx context.Context, addr string) (bootstrap.Prefil
 			return bootstrap.PrefillInfo{}, ctx.Err()
 		}
 	}
-	ent.info, ent.err = bootstrap.FetchPrefillInfo(ctx, e.kv.client, "http://"+addr, e.lookupAttempts(), e.opts.LookupInterval, e.opts.Sleep)
+	ent.info, ent.err = bootstrap.FetchPrefillInfo(ctx, e.kv.client, "http://"+addr, e.lookupAttempts(), e.lookupInterval(), e.opts.Sleep)
 	if ent.err != nil {
 		e.kv.mu.Lock()
 		delete(e.kv.infos, addr)
@@ -342,7 +344,7 @@ func (e *Engine) rankRoute(ctx context.Context, k rankRoute) error {
 	if ok {
 		return nil
 	}
-	ri, err := bootstrap.FetchRank(ctx, e.kv.client, "http://"+k.addr, e.lookupAttempts(), e.opts.LookupInterval, e.opts.Sleep, k.dp, k.cp, k.tp, k.pp)
+	ri, err := bootstrap.FetchRank(ctx, e.kv.client, "http://"+k.addr, e.lookupAttempts(), e.lookupInterval(), e.opts.Sleep, k.dp, k.cp, k.tp, k.pp)
 	if err != nil {
 		return err
 	}
@@ -352,11 +354,20 @@ func (e *Engine) rankRoute(ctx context.Context, k rankRoute) error {
 	return nil
 }
 
+// lookupAttempts and lookupInterval are the options', or pdlb's defaults
+// (bootstrap.lookup_attempts, bootstrap.lookup_interval) when unset.
 func (e *Engine) lookupAttempts() int {
 	if e.opts.LookupAttempts > 0 {
 		return e.opts.LookupAttempts
 	}
-	return bootstrap.DefaultLookupAttempts
+	return config.Default().Bootstrap.LookupAttempts
+}
+
+func (e *Engine) lookupInterval() time.Duration {
+	if e.opts.LookupInterval > 0 {
+		return e.opts.LookupInterval
+	}
+	return config.Default().Bootstrap.LookupInterval
 }
 
 func (k *kvState) record(rec RoomRecord) {

@@ -82,7 +82,9 @@ func demo(args []string) error {
 		}
 	}
 	for _, d := range cfg.Decode {
-		if _, err := start(d.URL, mock.Options{Role: mock.RoleDecode, Lookup: cfg.Bootstrap.Mode == "embedded"}); err != nil {
+		o := mock.Options{Role: mock.RoleDecode, Lookup: cfg.Bootstrap.Mode == "embedded",
+			LookupAttempts: cfg.Bootstrap.LookupAttempts, LookupInterval: cfg.Bootstrap.LookupInterval}
+		if _, err := start(d.URL, o); err != nil {
 			return err
 		}
 	}

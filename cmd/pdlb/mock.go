@@ -43,8 +43,8 @@ func mockCmd(args []string) error {
 	fs.StringVar(&o.BootstrapToken, "bootstrap-token", "", "bootstrap: bearer token for registration")
 	fs.BoolVar(&o.FailFast, "fail-fast", false, "bootstrap: exit non-zero when registration finally fails (default: keep running unregistered, as SGLang)")
 	lookup := fs.Bool("lookup", true, "bootstrap: a decode resolves each request's prefill through the registry named in its body, as SGLang's decode does (default off with --fast)")
-	fs.IntVar(&o.LookupAttempts, "lookup-attempts", 20, "bootstrap: a decode's attempts at a registry answering 503 not ready")
-	fs.DurationVar(&o.LookupInterval, "lookup-interval", time.Second, "bootstrap: pause between those attempts")
+	fs.IntVar(&o.LookupAttempts, "lookup-attempts", config.Default().Bootstrap.LookupAttempts, "bootstrap: a decode's attempts at a registry answering 503 not ready")
+	fs.DurationVar(&o.LookupInterval, "lookup-interval", config.Default().Bootstrap.LookupInterval, "bootstrap: pause between those attempts")
 	level := fs.String("log-level", "info", "log level")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{2, err}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb"
+	"pdlb/config"
 	"pdlb/proxy"
 )
 
@@ -158,8 +157,8 @@ func (a *Admin) add(ctx *fasthttp.RequestCtx) {
 		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, msg)
 		return
 	}
-	if msg := checkURL(req.URL); msg != "" {
-		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, msg)
+	if _, err := config.ParseBackendURL(req.URL); err != nil {
+		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "url: "+err.Error())
 		return
 	}
 	if p := req.BootstrapPort; p != nil {
@@ -175,8 +174,7 @@ func (a *Admin) add(ctx *fasthttp.RequestCtx) {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// Backends keep URLs without the trailing slash; compare the same way.
-	if old := a.pool.Find(strings.TrimRight(req.URL, "/")); old != nil {
+	if old := a.pool.Find(req.URL); old != nil {
 		pdlb.WriteError(ctx, fasthttp.StatusConflict, pdlb.ErrInvalidRequest,
 			"url: "+old.URL+" is already a "+old.Role.String()+" worker; DELETE it first")
 		return
@@ -200,7 +198,7 @@ func (a *Admin) remove(ctx *fasthttp.RequestCtx) {
 		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "url: query parameter required (DELETE /workers?url=http://host:port)")
 		return
 	}
-	b := a.pool.Find(strings.TrimRight(raw, "/"))
+	b := a.pool.Find(raw)
 	if b == nil || !a.Drain(b) {
 		pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "url: no worker "+raw)
 		return
@@ -213,7 +211,7 @@ func (a *Admin) remove(ctx *fasthttp.RequestCtx) {
 // config reloads that drop a backend. It reports false if b was not in the pool.
 func (a *Admin) Drain(b *proxy.Backend) bool {
 	a.mu.Lock()
-	if a.pool.Remove(b.Role, b.URL) == nil {
+	if !a.pool.Remove(b) {
 		a.mu.Unlock()
 		return false
 	}
@@ -295,25 +293,6 @@ func parseRole(s string) (proxy.Role, string) {
 		return 0, `role: required ("prefill" or "decode")`
 	}
 	return 0, fmt.Sprintf(`role: %q is not "prefill" or "decode"`, s)
-}
-
-// checkURL refuses what proxy.NewBackend would, with the field named, so
-// the client learns which part of the body is wrong.
-func checkURL(raw string) string {
-	if raw == "" {
-		return "url: required (e.g. http://10.0.0.1:30000)"
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "url: " + err.Error()
-	}
-	if u.Scheme != "http" || u.Hostname() == "" {
-		return fmt.Sprintf("url: %q must be http://host[:port]", raw)
-	}
-	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Sprintf("url: %q must have no path, query or fragment", raw)
-	}
-	return ""
 }
 
 // jsonProblem words a decoding error for the client, naming the field

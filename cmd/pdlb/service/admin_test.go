@@ -218,6 +218,7 @@ func TestAdminRefusals(t *testing.T) {
 	}{
 		{"duplicate", "POST", "/workers", `{"role":"decode","url":"http://127.0.0.1:30002"}`, 409, "url"},
 		{"duplicate other role", "POST", "/workers", `{"role":"prefill","url":"http://127.0.0.1:30002/"}`, 409, "url"},
+		{"duplicate spelled otherwise", "POST", "/workers", `{"role":"decode","url":"HTTP://127.0.0.1:30002"}`, 409, "url"},
 		{"not json", "POST", "/workers", `{"role":`, 400, "body"},
 		{"empty body", "POST", "/workers", ``, 400, "body"},
 		{"two values", "POST", "/workers", `{"role":"decode","url":"http://h:1"} {}`, 400, "body"},

@@ -43,13 +43,17 @@ func newRegistryWiring(cfg *config.Config, log zerolog.Logger) *registryWiring {
 	case "off":
 		return w
 	case "external":
-		// Once ready, re-poll at the health-check interval (0: the poller's default).
-		w.poller = bootstrap.NewPoller(bootstrap.PollerOptions{Interval: cfg.Bootstrap.PollInterval, Refresh: cfg.Health.Interval},
-			log.With().Str("component", "bootstrap-poller").Logger())
+		// Once ready, re-poll at the health-check interval (at the poll
+		// interval when health checks are off).
+		refresh := cfg.Health.Interval
+		if refresh <= 0 {
+			refresh = cfg.Bootstrap.PollInterval
+		}
+		w.poller = bootstrap.NewPoller(bootstrap.PollerOptions{Interval: cfg.Bootstrap.PollInterval, Refresh: refresh}, log)
 		w.dir = w.poller
 		return w
 	}
-	w.registry = bootstrap.NewRegistry(cfg.Bootstrap, log.With().Str("component", "bootstrap").Logger(), pdlb.SystemClock())
+	w.registry = bootstrap.NewRegistry(cfg.Bootstrap, log, pdlb.SystemClock())
 	w.dir = w.registry
 	return w
 }

@@ -1,8 +1,6 @@
 package service
 
 import (
-	"strings"
-
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/router"
@@ -38,12 +36,11 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Boo
 	}
 	s.cfg = cfg
 	breakerChanged := old.Breaker != cfg.Breaker
-	want := map[string]bool{}
+	want := map[*proxy.Backend]bool{}
 	var moved []proxy.Bootstrap
 	apply := func(url string, role proxy.Role, port *int) error {
-		url = strings.TrimRight(url, "/") // as proxy.NewBackend keeps it
-		want[url] = true
 		if b := s.Pool.Find(url); b != nil && b.Role == role {
+			want[b] = true
 			if role == proxy.Prefill {
 				old := b.Bootstrap()
 				if s.setBootstrap(b, port) {
@@ -63,7 +60,8 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Boo
 			return err
 		}
 		s.Pool.Add(b)
-		s.log.Info().Str("role", role.String()).Str("url", url).Msg("reload: backend added")
+		want[b] = true
+		s.log.Info().Str("role", role.String()).Str("url", b.URL).Msg("reload: backend added")
 		return nil
 	}
 	for _, p := range cfg.Prefill {
@@ -79,7 +77,7 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Boo
 	var removed []*proxy.Backend
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
-			if !want[b.URL] {
+			if !want[b] {
 				removed = append(removed, b)
 			}
 		}
