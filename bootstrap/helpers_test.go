@@ -15,6 +15,7 @@ import (
 
 	"pdlb"
 	"pdlb/config"
+	"pdlb/proxy/proxytest"
 )
 
 // fakeClock is a settable clock for expiry tests.
@@ -44,12 +45,14 @@ type regEnv struct {
 
 func startRegistry(t *testing.T, cfg config.Bootstrap) *regEnv {
 	t.Helper()
+	return startRegistryOn(t, cfg, proxytest.Listen(t, "127.0.0.1:0"))
+}
+
+// startRegistryOn serves a registry namespace on ln (its port).
+func startRegistryOn(t *testing.T, cfg config.Bootstrap, ln net.Listener) *regEnv {
+	t.Helper()
 	clk := newFakeClock()
 	reg := NewRegistry(defaulted(cfg), zerolog.Nop(), pdlb.Clock{Now: clk.Now})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	srv := reg.NewServer(port)
 	done := make(chan error, 1)
@@ -60,8 +63,8 @@ func startRegistry(t *testing.T, cfg config.Bootstrap) *regEnv {
 		_ = srv.Shutdown(ctx)
 		<-done
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	return &regEnv{reg: reg, port: port, base: "http://" + addr, addr: addr, client: &fasthttp.Client{}, clock: clk}
+	addr := ln.Addr().String()
+	return &regEnv{reg: reg, port: port, base: "http://" + addr, addr: addr, client: &fasthttp.Client{DialDualStack: true}, clock: clk}
 }
 
 // defaulted fills the zero durations of cfg from config.Default(), as

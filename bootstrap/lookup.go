@@ -63,7 +63,7 @@ func getPatiently(ctx context.Context, client *fasthttp.Client, baseURL, query, 
 		sleep = pdlb.SleepContext
 	}
 	if client == nil {
-		client = &fasthttp.Client{NoDefaultUserAgentHeader: true}
+		client = newClient()
 	}
 	url := strings.TrimRight(baseURL, "/") + "/route?" + query
 	var reason string

@@ -61,7 +61,7 @@ func NewPoller(o PollerOptions, log zerolog.Logger) *Poller {
 		o.Sleep = pdlb.SleepContext
 	}
 	if o.Client == nil {
-		o.Client = &fasthttp.Client{NoDefaultUserAgentHeader: true}
+		o.Client = newClient()
 	}
 	p := &Poller{o: o, log: log.With().Str("component", "bootstrap-poller").Logger()}
 	p.ctx, p.cancel = context.WithCancel(context.Background())

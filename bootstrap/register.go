@@ -102,7 +102,7 @@ func NewRegistrar(o RegistrarOptions) *Registrar {
 		o.Timeout = 5 * time.Second
 	}
 	if o.Client == nil {
-		o.Client = &fasthttp.Client{NoDefaultUserAgentHeader: true}
+		o.Client = newClient()
 	}
 	u := strings.TrimRight(o.URL, "/")
 	if !strings.HasSuffix(u, "/route") {

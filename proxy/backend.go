@@ -78,8 +78,10 @@ func NewBackend(rawURL string, role Role, dialTimeout time.Duration) (*Backend, 
 		Addr:                u.Addr(),
 		MaxConns:            64,
 		MaxIdleConnDuration: 4 * time.Second,
+		// Dual-stack: an engine at an IPv6 address, or a name that resolves
+		// to one, is dialled (fasthttp's default dialer resolves IPv4 only).
 		Dial: func(addr string) (net.Conn, error) {
-			return fasthttp.DialTimeout(addr, dialTimeout)
+			return fasthttp.DialDualStackTimeout(addr, dialTimeout)
 		},
 	}
 	return b, nil
@@ -95,6 +97,10 @@ func bracketIPv6(host string) string {
 
 // Bootstrap is a prefill's KV rendezvous as pdlb injects and tracks it.
 type Bootstrap struct {
+	// Host is injected as bootstrap_host: the prefill's own host, or
+	// pdlb's advertise host when pdlb serves the registry (IPv6 bracketed,
+	// as SGLang's balancers send it).
+	Host string
 	// Port is the prefill's KV bootstrap port; nil is sent as JSON null.
 	Port *int
 	// Addr keys the registry directory ("host:port" as decodes dial it);
@@ -125,7 +131,7 @@ func (b *Backend) SetBootstrap(port *int, advertiseHost string, defaultPort int)
 	if port != nil {
 		listen = *port
 	}
-	next := &Bootstrap{Port: port, Addr: host + ":" + strconv.Itoa(listen), Listen: listen}
+	next := &Bootstrap{Host: host, Port: port, Addr: host + ":" + strconv.Itoa(listen), Listen: listen}
 	old := b.bootstrap.Swap(next)
 	return old == nil || old.Addr != next.Addr || (old.Port == nil) != (next.Port == nil) ||
 		(old.Port != nil && *old.Port != *next.Port)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,4 +237,29 @@ func TestHealthDisabled(t *testing.T) {
 	}
 	h.Start()
 	h.Stop()
+}
+
+// TestHealthCheckIPv6Backend: an engine on an IPv6 address is probed (the
+// health checker dialled IPv4 only, so it stayed unhealthy forever).
+func TestHealthCheckIPv6Backend(t *testing.T) {
+	eng := proxytest.NewEngineOn(t, proxytest.ListenIPv6(t), proxytest.JSONAnswer(200, `{}`))
+	if !strings.HasPrefix(eng.URL, "http://[::1]:") {
+		t.Fatalf("engine URL %s", eng.URL)
+	}
+	pool := NewPool(nil)
+	b := mustBackend(t, eng.URL, Decode)
+	b.SetHealthy(false)
+	pool.Add(b)
+	h := NewHealthChecker(pool, testHealth(), zerolog.New(io.Discard))
+	var causes []string
+	h.OnResult = func(_ *Backend, ok bool) {
+		if !ok {
+			causes = append(causes, "failed")
+		}
+	}
+	h.CheckOnce()
+	h.CheckOnce()
+	if !b.Healthy() || len(causes) > 0 || eng.Count() != 2 {
+		t.Fatalf("IPv6 engine: healthy=%v, %d failed checks, %d reached it", b.Healthy(), len(causes), eng.Count())
+	}
 }

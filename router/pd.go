@@ -130,10 +130,8 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 		dt.Release()
 		return nil, nil, refusal{status, msg}
 	}
-	in := injection{host: p.Host, port: p.Bootstrap().Port, batch: req.batch > 0}
-	if h := r.cfg().AdvertiseHost; h != "" {
-		in.host = h
-	}
+	bs := p.Bootstrap()
+	in := injection{host: bs.Host, port: bs.Port, batch: req.batch > 0}
 	var one [1]uint64
 	if in.batch {
 		in.rooms = make([]uint64, req.batch)

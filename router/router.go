@@ -22,9 +22,6 @@ type Settings struct {
 	Retry   config.Retry
 	Server  config.Server
 	Timeout config.Timeouts
-	// AdvertiseHost, when set (embedded registry), is injected as
-	// bootstrap_host instead of the prefill's own host.
-	AdvertiseHost string
 	// InfoWait bounds the slow path that waits for a prefill's parallel info.
 	InfoWait time.Duration
 }
@@ -110,11 +107,7 @@ func (r *Router) Settings() Settings { return r.cfg().Settings }
 
 // SettingsFrom picks the request path's settings out of a config.
 func SettingsFrom(cfg *config.Config) Settings {
-	st := Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait}
-	if cfg.Bootstrap.Mode == "embedded" {
-		st.AdvertiseHost = cfg.Bootstrap.AdvertiseHost
-	}
-	return st
+	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait}
 }
 
 // route is one entry of the route table.

@@ -91,7 +91,7 @@ type rankRoute struct {
 func (k *kvState) init() {
 	k.registered = make(chan struct{})
 	k.fatal = make(chan error, 1)
-	k.client = &fasthttp.Client{NoDefaultUserAgentHeader: true}
+	k.client = &fasthttp.Client{NoDefaultUserAgentHeader: true, DialDualStack: true}
 	k.infos = make(map[string]*infoEntry)
 	k.ranks = make(map[rankRoute]bootstrap.RankInfo)
 }

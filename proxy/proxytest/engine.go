@@ -215,3 +215,14 @@ type QuietLogger struct{}
 
 // Printf implements fasthttp.Logger.
 func (QuietLogger) Printf(string, ...any) {}
+
+// ListenIPv6 opens a listener on the IPv6 loopback; the test is skipped
+// where the machine has none.
+func ListenIPv6(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	return ln
+}
