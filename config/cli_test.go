@@ -49,6 +49,8 @@ func TestParseServeArgs(t *testing.T) {
 		{"--config=", []string{"--config=b.yaml"}, ServeArgs{ConfigFile: "b.yaml", Overrides: map[string]any{}}},
 		{"set", []string{"--set", "limits.max_body_bytes=1024", "--set=server.api_key=a=b"},
 			ServeArgs{Overrides: map[string]any{"limits.max_body_bytes": "1024", "server.api_key": "a=b"}}},
+		{"set a string list", []string{"--set", "bootstrap.allowed_sources=10.0.0.0/16,10.1.0.5"},
+			ServeArgs{Overrides: map[string]any{"bootstrap.allowed_sources": "10.0.0.0/16,10.1.0.5"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -107,6 +107,15 @@ type Bootstrap struct {
 	ListenHost string `koanf:"listen_host"`
 	// AuthToken, when set, requires "Authorization: Bearer <token>" on registry writes. Default "".
 	AuthToken string `koanf:"auth_token"`
+	// AllowedSources lists the networks, as CIDRs ("10.0.0.0/16"; a bare IP
+	// is one host), whose peers may write to the embedded registry (PUT
+	// /route, POST /register_dp_rank, DELETE /route); a write from any other
+	// TCP peer is refused with 403. Every prefill rank host registers and
+	// reports DP ranks, so list them all. Empty lets any source write, as
+	// SGLang's own server does; then a rank may not move to another rank_ip
+	// and DELETE /route is taken from loopback only, unless AuthToken is set.
+	// From the environment or --set: comma-separated. Default [] (any source).
+	AllowedSources []string `koanf:"allowed_sources"`
 	// ExtendedSentinel forces all 15 keys of today's PrefillServerInfo into the
 	// sentinel answer. When false, the answer follows the prefill's SGLang
 	// era: all 15 when its first rank to register sent

@@ -37,6 +37,7 @@ func Default() Config {
 			Mode:           "embedded",
 			AdvertiseHost:  "127.0.0.1",
 			ListenHost:     "0.0.0.0",
+			AllowedSources: []string{},
 			DPRankTTL:      120 * time.Second,
 			InfoWait:       5 * time.Second,
 			PollInterval:   time.Second,

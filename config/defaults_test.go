@@ -22,6 +22,7 @@ func TestDefault(t *testing.T) {
 		{"log.format", d.Log.Format, "json"},
 		{"bootstrap.mode", d.Bootstrap.Mode, "embedded"},
 		{"bootstrap.lookup_attempts", d.Bootstrap.LookupAttempts, 20},
+		{"bootstrap.allowed_sources", d.Bootstrap.AllowedSources, []string{}},
 		{"breaker.enabled", d.Breaker.Enabled, true},
 		{"breaker.failure_ratio", d.Breaker.FailureRatio, 0.5},
 		{"retry.initial", d.Retry.Initial, 50 * time.Millisecond},

@@ -92,8 +92,10 @@ func docMatches(stated string, v reflect.Value) bool {
 	case reflect.Float64:
 		f, err := strconv.ParseFloat(stated, 64)
 		return err == nil && f == v.Float()
-	case reflect.Pointer, reflect.Slice:
+	case reflect.Pointer:
 		return stated == "nil" && v.IsNil()
+	case reflect.Slice:
+		return stated == "nil" && v.IsNil() || stated == "[]" && !v.IsNil() && v.Len() == 0
 	}
 	return false
 }

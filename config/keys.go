@@ -11,9 +11,11 @@ import (
 // the environment mapping, override checks and the unknown-key walk can
 // never drift from the struct others compile against.
 
-// leafKeys maps every settable scalar key ("server.port") to its Go type.
-// List fields (prefill, decode) are not leaves: they come from the file or
-// from Source.Prefill/Decode, never from one env var or override.
+// leafKeys maps every settable key ("server.port") to its Go type. Lists of
+// structs (prefill, decode) are not leaves: they come from the file or from
+// Source.Prefill/Decode, never from one env var or override. A list of
+// strings (bootstrap.allowed_sources) is one leaf, written comma-separated
+// in text (see parseAs).
 var leafKeys = func() map[string]reflect.Type {
 	m := map[string]reflect.Type{}
 	var walk func(t reflect.Type, prefix string)
@@ -24,8 +26,8 @@ var leafKeys = func() map[string]reflect.Type {
 			switch {
 			case f.Type.Kind() == reflect.Struct:
 				walk(f.Type, key+".")
-			case f.Type.Kind() == reflect.Slice:
-				// lists are not single keys
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() != reflect.String:
+				// lists of structs are not single keys
 			default:
 				m[key] = f.Type
 			}

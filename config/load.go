@@ -145,7 +145,18 @@ var durationType = reflect.TypeFor[time.Duration]()
 
 // parseAs reads a textual value (env var, --set) as the key's Go type, so
 // "0123" stays a string for api_key and "9000" becomes an int for a port.
+// A list of strings is comma-separated ("10.0.0.0/16, 10.1.0.5"; "" is the
+// empty list): its items (CIDRs) never contain a comma.
 func parseAs(t reflect.Type, s string) (any, error) {
+	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String {
+		items := []string{}
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				items = append(items, item)
+			}
+		}
+		return items, nil
+	}
 	if t == durationType {
 		d, err := time.ParseDuration(s)
 		if err != nil {

@@ -94,6 +94,36 @@ func TestLoadEnv(t *testing.T) {
 	}
 }
 
+// A list of strings is one key: a YAML list in the file, comma-separated
+// in the environment and in --set, each layer replacing the one below.
+func TestLoadStringList(t *testing.T) {
+	file := []byte(minimalYAML + "bootstrap:\n  allowed_sources: [10.0.0.0/16, 10.1.0.5]\n")
+	tests := []struct {
+		name string
+		src  Source
+		want []string
+	}{
+		{"default", Source{Data: []byte(minimalYAML)}, []string{}},
+		{"file", Source{Data: file}, []string{"10.0.0.0/16", "10.1.0.5"}},
+		{"env replaces file", Source{Data: file, Env: []string{"PDLB_BOOTSTRAP_ALLOWED_SOURCES= 10.2.0.0/16 ,fd00::/8,"}},
+			[]string{"10.2.0.0/16", "fd00::/8"}},
+		{"empty env empties", Source{Data: file, Env: []string{"PDLB_BOOTSTRAP_ALLOWED_SOURCES="}}, []string{}},
+		{"override as text", Source{Data: file, Overrides: map[string]any{"bootstrap.allowed_sources": "10.3.0.1"}}, []string{"10.3.0.1"}},
+		{"override as list", Source{Data: file, Overrides: map[string]any{"bootstrap.allowed_sources": []string{"::1"}}}, []string{"::1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(tt.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.Bootstrap.AllowedSources, tt.want) {
+				t.Errorf("bootstrap.allowed_sources = %#v, want %#v", c.Bootstrap.AllowedSources, tt.want)
+			}
+		})
+	}
+}
+
 func TestLoadBootstrapPort(t *testing.T) {
 	c, err := Load(Source{Data: []byte(`
 prefill:
@@ -164,6 +194,8 @@ func TestLoadErrors(t *testing.T) {
 		{"section not a map", Source{Data: []byte("server: 8000\n")}, "server", ""},
 		{"env bad int", Source{Env: []string{"PDLB_SERVER_PORT=abc"}}, "server.port", "PDLB_SERVER_PORT"},
 		{"env bad duration", Source{Env: []string{"PDLB_RETRY_MAX=2"}}, "retry.max", "not a duration"},
+		{"string list as scalar", Source{Data: []byte("bootstrap:\n  allowed_sources: 10.0.0.0/8\n")}, "bootstrap.allowed_sources", "must be an array"},
+		{"string list item not a string", Source{Data: []byte("bootstrap:\n  allowed_sources: [10.0.0.0/8, 7]\n")}, "bootstrap.allowed_sources[1]", "want a string"},
 		{"bad YAML", Source{Data: []byte("server: [\n")}, "", "parse YAML"},
 		{"missing file", Source{File: filepath.Join(t.TempDir(), "nope.yaml")}, "", "nope.yaml"},
 	}

@@ -145,6 +145,11 @@ func (c *Config) checkBootstrap() *Error {
 	if err := oneOf("bootstrap.mode", b.Mode, "embedded", "external", "off"); err != nil {
 		return err
 	}
+	for i, s := range b.AllowedSources {
+		if _, err := ParseSource(s); err != nil {
+			return errorf(fmt.Sprintf("bootstrap.allowed_sources[%d]", i), err.Error())
+		}
+	}
 	if b.LookupAttempts < 1 {
 		return errorf("bootstrap.lookup_attempts", fmt.Sprintf("%d must be at least 1", b.LookupAttempts))
 	}

@@ -53,6 +53,15 @@ func TestValidate(t *testing.T) {
 		{"bootstrap port = server port", func(c *Config) { c.Prefill[0].BootstrapPort = intp(8000) }, "prefill[0].bootstrap_port", "server.port"},
 		{"advertise host empty", func(c *Config) { c.Bootstrap.AdvertiseHost = "" }, "bootstrap.advertise_host", "required"},
 		{"lookup attempts", func(c *Config) { c.Bootstrap.LookupAttempts = 0 }, "bootstrap.lookup_attempts", "at least 1"},
+		{"allowed source not an IP", func(c *Config) { c.Bootstrap.AllowedSources = []string{"10.0.0.0/8", "prefill-1.example"} },
+			"bootstrap.allowed_sources[1]", `"prefill-1.example" is not an IP address or a CIDR`},
+		{"allowed source bad prefix length", func(c *Config) { c.Bootstrap.AllowedSources = []string{"10.0.0.0/33"} },
+			"bootstrap.allowed_sources[0]", `"10.0.0.0/33" is not a CIDR`},
+		{"allowed source empty", func(c *Config) { c.Bootstrap.AllowedSources = []string{""} }, "bootstrap.allowed_sources[0]", "not an IP address"},
+		{"allowed source with zone", func(c *Config) { c.Bootstrap.AllowedSources = []string{"fe80::1%eth0"} }, "bootstrap.allowed_sources[0]", "zone"},
+		{"allowed source checked in external mode too", func(c *Config) {
+			c.Bootstrap.Mode, c.Bootstrap.AllowedSources = "external", []string{"10.0.0.0/8", "::1", "any"}
+		}, "bootstrap.allowed_sources[2]", `"any"`},
 		{"negative duration", func(c *Config) { c.Timeouts.DecodeIdle = -time.Second }, "timeouts.decode_idle", "-1s must not be negative"},
 		{"negative limit", func(c *Config) { c.Limits.QueueSize = -1 }, "limits.queue_size", "must not be negative"},
 		{"negative nested duration", func(c *Config) { c.Bootstrap.InfoWait = -1 }, "bootstrap.info_wait", "negative"},
@@ -106,6 +115,9 @@ func TestValidateAccepts(t *testing.T) {
 		{"ratio rule off", func(c *Config) { c.Breaker.FailureRatio = 0 }},
 		{"health checks off", func(c *Config) { c.Health.Interval, c.Health.FailThreshold = 0, 0 }},
 		{"no concurrency cap", func(c *Config) { c.Limits.MaxConcurrentRequests = 0 }},
+		{"allowed sources of every form", func(c *Config) {
+			c.Bootstrap.AllowedSources = []string{"10.0.0.0/16", "10.1.0.5", "10.1.2.3/8", "::1", "fd00::/8", "::ffff:10.2.0.0/112", "0.0.0.0/0"}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
