@@ -16,6 +16,7 @@ const (
 	ErrUpstream       = "upstream_error"
 	ErrUnavailable    = "unavailable_error"
 	ErrAuthentication = "authentication_error"
+	ErrPermission     = "permission_error"
 	ErrRateLimited    = "rate_limit_error"
 )
 

@@ -33,6 +33,21 @@ func badField(field, format string, args ...any) *fieldError {
 	return &fieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
+// moveError refuses a re-registration that would move a rank to another
+// host in a registry where nothing vouches for the writer (see writer);
+// the handlers turn it into a 409 saying what would allow the move.
+type moveError struct {
+	key      rankKey
+	from, to RankInfo
+}
+
+func (e *moveError) Error() string {
+	return fmt.Sprintf("rank dp=%d cp=%d tp=%d pp=%d is registered at %s; moving it to %s needs a write "+
+		"authenticated with bootstrap.auth_token or coming from bootstrap.allowed_sources, "+
+		"or a reset first (DELETE /route from the registry's own machine, or a pdlb restart)",
+		e.key.dp, e.key.cp, e.key.tp, e.key.pp, e.from.addr(), e.to.addr())
+}
+
 // msgError carries a fixed message and a sentinel to match with errors.Is,
 // without the sentinel's text being appended to what users read.
 type msgError struct {

@@ -32,7 +32,7 @@ func FuzzRouteHandlers(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := ns.register(r); err != nil {
+			if _, _, err := ns.register(r, false); err != nil {
 				t.Fatal(err)
 			}
 		}

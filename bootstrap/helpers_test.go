@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 
 	"pdlb"
 	"pdlb/config"
@@ -33,7 +34,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// regEnv is a Registry served on a real loopback listener.
+// regEnv is a Registry served on a real loopback listener (or, from
+// startRegistryInMemory, on an in-memory one).
 type regEnv struct {
 	reg    *Registry
 	port   int
@@ -41,6 +43,7 @@ type regEnv struct {
 	addr   string // 127.0.0.1:port
 	client *fasthttp.Client
 	clock  *fakeClock
+	mem    *fasthttputil.InmemoryListener // nil on TCP
 }
 
 func startRegistry(t *testing.T, cfg config.Bootstrap) *regEnv {
@@ -51,9 +54,28 @@ func startRegistry(t *testing.T, cfg config.Bootstrap) *regEnv {
 // startRegistryOn serves a registry namespace on ln (its port).
 func startRegistryOn(t *testing.T, cfg config.Bootstrap, ln net.Listener) *regEnv {
 	t.Helper()
+	e := serveRegistry(t, cfg, ln, ln.Addr().(*net.TCPAddr).Port, ln.Addr().String())
+	e.client = &fasthttp.Client{DialDualStack: true}
+	return e
+}
+
+// startRegistryInMemory serves the registry on an in-memory listener. Its
+// server side sees whatever peer address from asks for, so tests can send
+// from hosts no loopback interface has (192.0.2.7, ::ffff:10.0.0.5).
+func startRegistryInMemory(t *testing.T, cfg config.Bootstrap) *regEnv {
+	t.Helper()
+	ln := fasthttputil.NewInmemoryListener()
+	port := config.DefaultBootstrapPort
+	e := serveRegistry(t, cfg, ln, port, fmt.Sprintf("127.0.0.1:%d", port))
+	e.mem = ln
+	e.client = &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	return e
+}
+
+func serveRegistry(t *testing.T, cfg config.Bootstrap, ln net.Listener, port int, addr string) *regEnv {
+	t.Helper()
 	clk := newFakeClock()
 	reg := NewRegistry(defaulted(cfg), zerolog.Nop(), pdlb.Clock{Now: clk.Now})
-	port := ln.Addr().(*net.TCPAddr).Port
 	srv := reg.NewServer(port)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -63,8 +85,33 @@ func startRegistryOn(t *testing.T, cfg config.Bootstrap, ln net.Listener) *regEn
 		_ = srv.Shutdown(ctx)
 		<-done
 	})
-	addr := ln.Addr().String()
-	return &regEnv{reg: reg, port: port, base: "http://" + addr, addr: addr, client: &fasthttp.Client{DialDualStack: true}, clock: clk}
+	return &regEnv{reg: reg, port: port, base: "http://" + addr, addr: addr, clock: clk}
+}
+
+// from returns e with a client whose connections come from ip. On TCP the
+// client binds ip locally: Linux routes all of 127.0.0.0/8 to lo, so
+// 127.0.0.2 is a second peer on the same machine (skipped where it is not
+// a local address). In memory, ip is simply what the server is told.
+func (e *regEnv) from(t *testing.T, ip string) *regEnv {
+	t.Helper()
+	local := &net.TCPAddr{IP: net.ParseIP(ip)}
+	if local.IP == nil {
+		t.Fatalf("from(%q): not an IP", ip)
+	}
+	c := *e
+	if e.mem != nil {
+		local.Port = 40000
+		c.client = &fasthttp.Client{Dial: func(string) (net.Conn, error) { return e.mem.DialWithLocalAddr(local) }}
+		return &c
+	}
+	probe, err := net.ListenTCP("tcp", local)
+	if err != nil {
+		t.Skipf("%s is not a local address here: %v", ip, err)
+	}
+	_ = probe.Close()
+	d := &net.Dialer{LocalAddr: local, Timeout: 5 * time.Second}
+	c.client = &fasthttp.Client{Dial: func(addr string) (net.Conn, error) { return d.Dial("tcp", addr) }}
+	return &c
 }
 
 // defaulted fills the zero durations of cfg from config.Default(), as

@@ -1,6 +1,10 @@
 package bootstrap
 
 import (
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -11,6 +15,9 @@ type RankInfo struct {
 	RankIP   string `json:"rank_ip"`
 	RankPort int    `json:"rank_port"`
 }
+
+// addr renders the rank as host:port, IPv6 in brackets.
+func (ri RankInfo) addr() string { return net.JoinHostPort(ri.RankIP, strconv.Itoa(ri.RankPort)) }
 
 // Namespace is the registry of one prefill instance, identified by the
 // bootstrap port its ranks and its decodes use.
@@ -54,21 +61,33 @@ func newNamespace(port int, dp *dpRankTable) *Namespace {
 func (ns *Namespace) Port() int { return ns.port }
 
 // register stores one rank. All checks run before anything changes, so a
-// rejected PUT leaves no trace. It reports whether the rank replaced an
-// earlier registration and whether this PUT made the namespace ready.
-func (ns *Namespace) register(r *registration) (replaced, becameReady bool, err error) {
+// rejected PUT leaves no trace. It returns the registration the rank
+// replaced (nil for a new rank) and whether this PUT made the namespace
+// ready.
+//
+// Unless mayMove, a rank registered at one rank_ip is not re-registered at
+// another (*moveError): in an open registry anyone who can reach the port
+// could otherwise point decodes at a host of their choosing to pull KV
+// from. A new rank_port on the same host is a rank restarted in place
+// (SGLang binds a random ZMQ port per start) and is taken.
+func (ns *Namespace) register(r *registration, mayMove bool) (prev *RankInfo, becameReady bool, err error) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
+	if old, ok := ns.ranks[r.key]; ok {
+		if !mayMove && !sameHost(old.RankIP, r.rank.RankIP) {
+			return nil, false, &moveError{key: r.key, from: old, to: r.rank}
+		}
+		prev = &old
+	}
 	if t := ns.topo; t != nil {
 		if err := t.contradiction(&r.topo); err != nil {
-			return false, false, err
+			return nil, false, err
 		}
 		t.absorb(&r.topo)
 	} else {
 		t := r.topo
 		ns.topo = &t
 	}
-	_, replaced = ns.ranks[r.key]
 	ns.ranks[r.key] = r.rank
 	n, want := len(ns.ranks), ns.topo.ranks()
 	ns.state.setCounts(n, want)
@@ -79,7 +98,19 @@ func (ns *Namespace) register(r *registration) (replaced, becameReady bool, err 
 		ns.snap.Store(snap)
 		becameReady = ns.state.setReady(&snap.info)
 	}
-	return replaced, becameReady, nil
+	return prev, becameReady, nil
+}
+
+// sameHost compares two rank_ip values as hosts: IP addresses by value, so
+// "10.0.0.1" and "::ffff:10.0.0.1", or "fd00::1" and "fd00:0::1", are one
+// host; anything else (a hostname) case-insensitively.
+func sameHost(a, b string) bool {
+	if x, err := netip.ParseAddr(a); err == nil {
+		if y, err := netip.ParseAddr(b); err == nil {
+			return x.Unmap() == y.Unmap()
+		}
+	}
+	return strings.EqualFold(a, b)
 }
 
 // contradiction rejects a registrant whose layout differs from the first

@@ -19,6 +19,8 @@ type Registry struct {
 	log   zerolog.Logger
 	clock pdlb.Clock
 	auth  pdlb.Bearer
+	// sources is bootstrap.allowed_sources; see admitWrite.
+	sources sourceList
 
 	spaces pdlb.CopyOnWrite[map[int]*Namespace]
 
@@ -31,6 +33,7 @@ type Registry struct {
 // bootstrap port with AddNamespace (NewServer does it for its port).
 func NewRegistry(cfg config.Bootstrap, log zerolog.Logger, clock pdlb.Clock) *Registry {
 	r := &Registry{cfg: cfg, log: log.With().Str("component", "bootstrap").Logger(), clock: clock.OrSystem(), auth: pdlb.NewBearer("bootstrap.auth_token", cfg.AuthToken)}
+	r.sources = newSourceList(cfg.AllowedSources, r.log)
 	return r
 }
 

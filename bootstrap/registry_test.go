@@ -49,7 +49,8 @@ func TestSentinelNotReadyCountsRanks(t *testing.T) {
 func TestDuplicateRankDoesNotMakeReady(t *testing.T) {
 	e := startRegistry(t, config.Bootstrap{})
 	rank0 := rankPUT(1, 0, 1, 0, "10.0.0.1", 17000, map[string]any{"system_dp_size": 2, "system_dp_rank": 0})
-	rank0b := rankPUT(1, 0, 1, 0, "10.0.0.9", 17009, map[string]any{"system_dp_size": 2, "system_dp_rank": 0})
+	// Rank 0 restarted in place: same host, a new ZMQ port.
+	rank0b := rankPUT(1, 0, 1, 0, "10.0.0.1", 17009, map[string]any{"system_dp_size": 2, "system_dp_rank": 0})
 	mustStatus(t, "rank 0", e.do(t, "PUT", "/route", rank0), 200)
 	mustStatus(t, "rank 0 again", e.do(t, "PUT", "/route", rank0b), 200)
 	r := e.do(t, "GET", sentinelPath, "")
@@ -69,7 +70,7 @@ func TestDuplicateRankDoesNotMakeReady(t *testing.T) {
 	// The re-registration replaced rank 0's address.
 	r = e.do(t, "GET", rankPath(0, 0, 0, 0), "")
 	mustStatus(t, "rank 0", r, 200)
-	if r.body != `{"rank_ip":"10.0.0.9","rank_port":17009}` {
+	if r.body != `{"rank_ip":"10.0.0.1","rank_port":17009}` {
 		t.Fatalf("rank 0 body %s", r.body)
 	}
 	r = e.do(t, "GET", rankPath(1, 0, 0, 0), "")

@@ -5,26 +5,40 @@ import (
 	"errors"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb"
 )
 
 // handlePutRoute serves PUT /route: one prefill rank registers (§3.1).
 // Unlike SGLang (500 on any bad input) a malformed body is a 400 naming the
 // field and nothing is stored; a body whose role is not "Prefill" is
-// accepted and ignored, as legacy servers did.
-func (r *Registry) handlePutRoute(ns *Namespace, ctx *fasthttp.RequestCtx) {
+// accepted and ignored, as legacy servers did. Unlike SGLang (last write
+// wins), a registered rank moves to another rank_ip only when w is vouched
+// for (bootstrap.auth_token or bootstrap.allowed_sources); else 409 and
+// nothing changes.
+func (r *Registry) handlePutRoute(ns *Namespace, ctx *fasthttp.RequestCtx, w writer) {
 	reg, err := parseRegistration(ctx.PostBody())
 	if err == nil && reg != nil {
-		var replaced, becameReady bool
-		replaced, becameReady, err = ns.register(reg)
+		var prev *RankInfo
+		var becameReady bool
+		prev, becameReady, err = ns.register(reg, w.vouched)
 		if err == nil {
-			r.logRegistration(ns, reg, replaced, becameReady)
+			r.logRegistration(ns, reg, prev, becameReady, w)
 		}
 	}
 	var fe *fieldError
+	var me *moveError
 	switch {
 	case errors.As(err, &fe):
-		r.log.Warn().Int("bootstrap_port", ns.port).Str("field", fe.Field).Msg("rejected prefill registration: " + fe.Msg)
+		r.log.Warn().Int("bootstrap_port", ns.port).Str("field", fe.Field).Str("peer", peerText(w.peer)).
+			Msg("rejected prefill registration: " + fe.Msg)
 		badRequest(ctx, fe)
+	case errors.As(err, &me):
+		r.log.Warn().Int("bootstrap_port", ns.port).Str("peer", peerText(w.peer)).
+			Int("dp", me.key.dp).Int("cp", me.key.cp).Int("tp", me.key.tp).Int("pp", me.key.pp).
+			Str("rank", me.from.addr()).Str("refused_rank", me.to.addr()).
+			Msg("refused prefill registration moving a rank to another host")
+		pdlb.WriteError(ctx, fasthttp.StatusConflict, pdlb.ErrInvalidRequest, me.Error())
 	case err != nil: // not produced today; keep the handler 500-free if that changes
 		badRequest(ctx, err)
 	default:
@@ -32,14 +46,17 @@ func (r *Registry) handlePutRoute(ns *Namespace, ctx *fasthttp.RequestCtx) {
 	}
 }
 
-func (r *Registry) logRegistration(ns *Namespace, reg *registration, replaced, becameReady bool) {
+// logRegistration logs an accepted PUT; a replacement is a warn naming the
+// address it replaced and the peer, so a rank that moved can be traced.
+func (r *Registry) logRegistration(ns *Namespace, reg *registration, prev *RankInfo, becameReady bool, w writer) {
 	ev := r.log.Info()
-	if replaced {
+	if prev != nil {
 		ev = r.log.Warn() // a rank restarted, or two ranks claim one slot
+		ev.Str("previous", prev.addr()).Bool("moved", !sameHost(prev.RankIP, reg.rank.RankIP))
 	}
-	ev.Int("bootstrap_port", ns.port).
+	ev.Int("bootstrap_port", ns.port).Str("peer", peerText(w.peer)).
 		Int("dp", reg.key.dp).Int("cp", reg.key.cp).Int("tp", reg.key.tp).Int("pp", reg.key.pp).
-		Str("rank_ip", reg.rank.RankIP).Int("rank_port", reg.rank.RankPort).Bool("replaced", replaced).
+		Str("rank_ip", reg.rank.RankIP).Int("rank_port", reg.rank.RankPort).Bool("replaced", prev != nil).
 		Int64("registered", ns.state.registered.Load()).Int64("expected", ns.state.expected.Load()).
 		Msg("prefill rank registered")
 	if becameReady {
@@ -51,10 +68,24 @@ func (r *Registry) logRegistration(ns *Namespace, reg *registration, replaced, b
 // ranks and DP-rank entries are forgotten and the namespace answers 503
 // until the ranks register again. SGLang never resets (first write wins
 // forever), so a prefill restarted with another layout needs this, or a
-// pdlb restart. Auth-protected like every write.
-func (r *Registry) handleDeleteRoute(ns *Namespace, ctx *fasthttp.RequestCtx) {
+// pdlb restart. It passes admitWrite like every write; when neither
+// bootstrap.auth_token nor bootstrap.allowed_sources is set it is further
+// taken only from a loopback peer (an operator on the registry's machine,
+// curl http://127.0.0.1:PORT/route -X DELETE), 403 otherwise: from
+// anywhere, reset-then-register would be the way around the rule that a
+// rank does not move to another host.
+func (r *Registry) handleDeleteRoute(ns *Namespace, ctx *fasthttp.RequestCtx, w writer) {
+	if !w.vouched && !w.peer.IsLoopback() {
+		r.log.Warn().Int("bootstrap_port", ns.port).Str("peer", peerText(w.peer)).
+			Msg("refused DELETE /route from a non-loopback peer: neither bootstrap.auth_token nor bootstrap.allowed_sources is set")
+		pdlb.WriteError(ctx, fasthttp.StatusForbidden, pdlb.ErrPermission,
+			"DELETE /route from "+peerText(w.peer)+" refused: without bootstrap.auth_token or bootstrap.allowed_sources "+
+				"a namespace is reset only from a loopback peer (on the registry's own machine)")
+		return
+	}
 	n := ns.reset()
-	r.log.Info().Int("bootstrap_port", ns.port).Int("dropped_ranks", n).Msg("bootstrap namespace reset by DELETE /route")
+	r.log.Info().Int("bootstrap_port", ns.port).Int("dropped_ranks", n).Str("peer", peerText(w.peer)).
+		Msg("bootstrap namespace reset by DELETE /route")
 	textOK(ctx)
 }
 

@@ -64,7 +64,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
-	s.reg.log.Info().Int("bootstrap_port", s.port).Str("listen", ln.Addr().String()).Msg("bootstrap registry listening")
+	// Who may write is the registry's security posture; say it where an
+	// operator looks first.
+	s.reg.log.Info().Int("bootstrap_port", s.port).Str("listen", ln.Addr().String()).
+		Bool("write_token", s.reg.auth.Enabled()).Strs("allowed_sources", s.reg.cfg.AllowedSources).
+		Msg("bootstrap registry listening")
 	err := s.srv.Serve(ln)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,7 +120,7 @@ func (r *Registry) Handler(port int) fasthttp.RequestHandler {
 }
 
 // dispatch is the route table (§3). Writes (PUT, POST /register_dp_rank,
-// DELETE) pass the token check first; reads never need it.
+// DELETE) pass admitWrite first (source, then token); reads never do.
 func (r *Registry) dispatch(ns *Namespace, ctx *fasthttp.RequestCtx) {
 	switch string(ctx.Path()) {
 	case "/route":
@@ -124,12 +128,12 @@ func (r *Registry) dispatch(ns *Namespace, ctx *fasthttp.RequestCtx) {
 		case ctx.IsGet():
 			r.handleGetRoute(ns, ctx)
 		case ctx.IsPut():
-			if r.authorize(ctx) {
-				r.handlePutRoute(ns, ctx)
+			if w, ok := r.admitWrite(ns, ctx); ok {
+				r.handlePutRoute(ns, ctx, w)
 			}
 		case ctx.IsDelete():
-			if r.authorize(ctx) {
-				r.handleDeleteRoute(ns, ctx)
+			if w, ok := r.admitWrite(ns, ctx); ok {
+				r.handleDeleteRoute(ns, ctx, w)
 			}
 		default:
 			// SGLang's quirk: plain text labelled JSON.
@@ -141,7 +145,7 @@ func (r *Registry) dispatch(ns *Namespace, ctx *fasthttp.RequestCtx) {
 	case "/register_dp_rank":
 		if !ctx.IsPost() {
 			methodNotAllowed(ctx, "POST")
-		} else if r.authorize(ctx) {
+		} else if _, ok := r.admitWrite(ns, ctx); ok {
 			r.handleRegisterDPRank(ns, ctx)
 		}
 	case "/query_dp_ranks":
