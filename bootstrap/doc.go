@@ -8,7 +8,8 @@
 // Wire format: ../shared/docs/sglang-wire-protocol.md §3–§8. Where pdlb
 // deliberately differs from SGLang (503 + Retry-After instead of a bare
 // 503, 400 instead of 500 for bad input, distinct-rank readiness, write
-// auth, DELETE /route) the handler's doc comment says so.
+// auth and source lists, no rank moves without them, DELETE /route) the
+// handler's doc comment says so.
 //
 // The package must not import router or proxy: they depend on it.
 package bootstrap
