@@ -1,14 +1,19 @@
 package router
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
 
 	"pdlb/proxy"
@@ -18,7 +23,8 @@ import (
 // reflection, no locks on the update path). Request-time series are looked
 // up by struct keys in sync.Maps, so recording allocates nothing after the
 // first request of each (route, status); per-backend series are written at
-// scrape time from the pool's own atomic counters.
+// scrape time from the pool's own atomic counters. Every family it exposes
+// is described in families, which gives the scrape its # HELP and # TYPE.
 type Metrics struct {
 	set       *metrics.Set
 	requests  sync.Map // reqKey → *metrics.Counter
@@ -151,8 +157,211 @@ func boolGauge(v bool) uint64 {
 // Handler serves the Prometheus text exposition.
 func (m *Metrics) Handler(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4")
-	m.set.WritePrometheus(ctx)
-	metrics.WriteProcessMetrics(ctx)
+	m.WritePrometheus(ctx)
+}
+
+// WritePrometheus writes the text exposition: pdlb's series and the process
+// metrics, each family's samples together and led by its # HELP and # TYPE.
+func (m *Metrics) WritePrometheus(w io.Writer) {
+	raw := bytebufferpool.Get()
+	defer bytebufferpool.Put(raw)
+	m.set.WritePrometheus(raw)
+	metrics.WriteProcessMetrics(raw)
+	writeFamilies(w, raw.B)
+}
+
+// writeFamilies copies the samples of raw to w grouped by family, in the
+// order each family first appears, and puts the family's # HELP and # TYPE
+// before its first sample. The grouping is needed because the text format
+// wants a family's lines contiguous, and the scrape-time writers emit their
+// series backend by backend (in_flight, selected, healthy, … of one backend,
+// then of the next). raw's own comment lines are dropped: families is the
+// one source of metadata. A family missing from families is written without
+// metadata (TestMetricFamiliesAreDescribed keeps pdlb's own from shipping so).
+func writeFamilies(w io.Writer, raw []byte) {
+	type sample struct {
+		family int // index in names
+		line   []byte
+	}
+	var (
+		index   = map[string]int{}
+		names   []string
+		samples []sample
+	)
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i+1], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 || line[0] == '#' {
+			continue
+		}
+		name := familyOf(sampleName(line))
+		i, ok := index[name]
+		if !ok {
+			i = len(names)
+			index[name] = i
+			names = append(names, name)
+		}
+		samples = append(samples, sample{i, line})
+	}
+	slices.SortStableFunc(samples, func(a, b sample) int { return cmp.Compare(a.family, b.family) })
+	out := bytebufferpool.Get()
+	defer bytebufferpool.Put(out)
+	prev := -1
+	for _, s := range samples {
+		if s.family != prev {
+			prev = s.family
+			if f, ok := families[names[s.family]]; ok {
+				out.WriteString("# HELP " + names[s.family] + " " + f.help + "\n")
+				out.WriteString("# TYPE " + names[s.family] + " " + f.typ + "\n")
+			}
+		}
+		out.Write(s.line)
+		if s.line[len(s.line)-1] != '\n' {
+			out.WriteByte('\n')
+		}
+	}
+	w.Write(out.B)
+}
+
+// sampleName is the metric name of a sample line: up to its labels or value.
+func sampleName(line []byte) string {
+	if i := bytes.IndexAny(line, "{ \n"); i >= 0 {
+		line = line[:i]
+	}
+	return string(line)
+}
+
+// familyOf maps a sample name to its family: a histogram's _bucket, _sum and
+// _count samples (a summary's _sum and _count) belong to the histogram.
+func familyOf(name string) string {
+	if _, ok := families[name]; ok {
+		return name
+	}
+	for _, suffix := range [...]string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			if f := families[base]; f.typ == typeHistogram || f.typ == typeSummary && suffix != "_bucket" {
+				return base
+			}
+		}
+	}
+	return name
+}
+
+// Family types of the text format.
+const (
+	typeCounter   = "counter"
+	typeGauge     = "gauge"
+	typeHistogram = "histogram"
+	typeSummary   = "summary"
+)
+
+// family is the metadata of one metric family.
+type family struct {
+	typ  string
+	help string
+}
+
+// families describes every family a scrape can hold: pdlb's own, wherever
+// their samples are written (a family added anywhere in the module without
+// an entry here fails TestMetricFamiliesAreDescribed), and the Go runtime
+// and process families of metrics.WriteProcessMetrics on Linux. Read-only.
+var families = map[string]family{
+	// Request path (Metrics.Request, TTFT, Retry).
+	"pdlb_requests_total":           {typeCounter, "Requests answered, by route and HTTP status; a stream counts when it ends."},
+	"pdlb_request_duration_seconds": {typeHistogram, "Time from a request's arrival to its last byte sent, by route."},
+	"pdlb_ttft_seconds":             {typeHistogram, "Time from a request's arrival to the first byte sent to the client (the whole answer when not streaming), by route."},
+	"pdlb_retries_total":            {typeCounter, "Retries of a request on a fresh prefill/decode pair, by route."},
+	// Per backend, written at scrape time (Metrics.writeDynamic).
+	"pdlb_backend_in_flight":      {typeGauge, "Requests in flight on the backend."},
+	"pdlb_backend_selected_total": {typeCounter, "Times the backend was picked for a request."},
+	"pdlb_backend_healthy":        {typeGauge, "1 while the backend passes its active health checks, else 0."},
+	"pdlb_backend_registry_ready": {typeGauge, "1 when the backend's bootstrap registry namespace is ready (always 1 for decodes and without a registry), else 0."},
+	"pdlb_breaker_state":          {typeGauge, "Circuit breaker state of the backend: 0 closed, 1 half-open, 2 open."},
+	// Breaker and health-check hooks (Metrics.BreakerChange, HealthCheck).
+	"pdlb_breaker_transitions_total": {typeCounter, "Circuit breaker state changes, by backend and from/to state."},
+	"pdlb_health_checks_total":       {typeCounter, "Active health-check results, by backend and result (ok or fail)."},
+	// Bootstrap registry (registry.go: registryWiring.observe, writeMetrics).
+	"pdlb_registry_ranks_registered": {typeGauge, "Prefill ranks registered in the prefill's bootstrap namespace."},
+	"pdlb_registry_ranks_expected":   {typeGauge, "Prefill ranks the prefill's bootstrap namespace expects; 0 until the first rank tells the topology."},
+	"pdlb_bootstrap_requests_total":  {typeCounter, "Requests answered by the embedded bootstrap registry, by path and HTTP status."},
+	// Admission control (service.go: NewService; generate.go).
+	"pdlb_admission_in_flight":     {typeGauge, "Requests admitted by admission control and not yet finished."},
+	"pdlb_admission_queued":        {typeGauge, "Requests waiting in the admission queue."},
+	"pdlb_admission_refused_total": {typeCounter, "Requests refused by admission control, by HTTP status (429 queue full, 503 queue timeout)."},
+
+	// Go runtime (metrics.WriteProcessMetrics).
+	"go_cgo_calls_count":                  {typeCounter, "Calls from Go to C made by the process."},
+	"go_cpu_count":                        {typeGauge, "Logical CPUs usable by the process."},
+	"go_gc_cpu_seconds_total":             {typeCounter, "CPU time spent by the garbage collector."},
+	"go_gc_duration_seconds":              {typeSummary, "Stop-the-world pause durations of recent garbage collections."},
+	"go_gc_forced_count":                  {typeCounter, "Garbage collections forced by the application."},
+	"go_gc_mark_assist_cpu_seconds_total": {typeCounter, "CPU time goroutines spent assisting the garbage collector's marking."},
+	"go_gc_pauses_seconds":                {typeHistogram, "Stop-the-world pause durations of garbage collections."},
+	"go_gomaxprocs":                       {typeGauge, "GOMAXPROCS: threads that may run Go code at once."},
+	"go_goroutines":                       {typeGauge, "Goroutines that currently exist."},
+	"go_info":                             {typeGauge, "Go version the binary was built with; always 1."},
+	"go_info_ext":                         {typeGauge, "Compiler, GOARCH, GOOS and GOROOT of the binary; always 1."},
+	"go_memlimit_bytes":                   {typeGauge, "Go runtime soft memory limit (GOMEMLIMIT)."},
+	"go_memstats_alloc_bytes":             {typeGauge, "Bytes of allocated heap objects."},
+	"go_memstats_alloc_bytes_total":       {typeCounter, "Bytes allocated for heap objects, cumulative."},
+	"go_memstats_buck_hash_sys_bytes":     {typeGauge, "Bytes of memory in profiling bucket hash tables."},
+	"go_memstats_frees_total":             {typeCounter, "Heap objects freed, cumulative."},
+	"go_memstats_gc_cpu_fraction":         {typeGauge, "Fraction of available CPU time used by the garbage collector since the process started."},
+	"go_memstats_gc_sys_bytes":            {typeGauge, "Bytes of memory in garbage collection metadata."},
+	"go_memstats_heap_alloc_bytes":        {typeGauge, "Bytes of allocated heap objects."},
+	"go_memstats_heap_idle_bytes":         {typeGauge, "Bytes in idle (unused) heap spans."},
+	"go_memstats_heap_inuse_bytes":        {typeGauge, "Bytes in in-use heap spans."},
+	"go_memstats_heap_objects":            {typeGauge, "Allocated heap objects."},
+	"go_memstats_heap_released_bytes":     {typeGauge, "Bytes of physical memory returned to the OS."},
+	"go_memstats_heap_sys_bytes":          {typeGauge, "Bytes of heap memory obtained from the OS."},
+	"go_memstats_last_gc_time_seconds":    {typeGauge, "Time the last garbage collection finished, in seconds since the Unix epoch."},
+	"go_memstats_lookups_total":           {typeCounter, "Pointer lookups performed by the runtime, cumulative."},
+	"go_memstats_mallocs_total":           {typeCounter, "Heap objects allocated, cumulative."},
+	"go_memstats_mcache_inuse_bytes":      {typeGauge, "Bytes of allocated mcache structures."},
+	"go_memstats_mcache_sys_bytes":        {typeGauge, "Bytes of memory obtained from the OS for mcache structures."},
+	"go_memstats_mspan_inuse_bytes":       {typeGauge, "Bytes of allocated mspan structures."},
+	"go_memstats_mspan_sys_bytes":         {typeGauge, "Bytes of memory obtained from the OS for mspan structures."},
+	"go_memstats_next_gc_bytes":           {typeGauge, "Heap size target of the next garbage collection."},
+	"go_memstats_other_sys_bytes":         {typeGauge, "Bytes of memory in miscellaneous off-heap runtime allocations."},
+	"go_memstats_stack_inuse_bytes":       {typeGauge, "Bytes in stack spans."},
+	"go_memstats_stack_sys_bytes":         {typeGauge, "Bytes of stack memory obtained from the OS."},
+	"go_memstats_sys_bytes":               {typeGauge, "Bytes of memory obtained from the OS in total."},
+	"go_mutex_wait_seconds_total":         {typeCounter, "Time goroutines spent blocked on a sync.Mutex or sync.RWMutex."},
+	"go_scavenge_cpu_seconds_total":       {typeCounter, "CPU time spent returning unused memory to the OS."},
+	"go_sched_latencies_seconds":          {typeHistogram, "Time goroutines spent runnable before running."},
+	"go_threads":                          {typeGauge, "OS threads created."},
+	// Process (metrics.WriteProcessMetrics, Linux /proc).
+	"process_cgroup_cpu_throttled_seconds_total":    {typeCounter, "Time the process's cgroup was throttled by its CPU quota."},
+	"process_cpu_seconds_system_total":              {typeCounter, "CPU time spent in the kernel on behalf of the process."},
+	"process_cpu_seconds_total":                     {typeCounter, "CPU time spent by the process, user and system."},
+	"process_cpu_seconds_user_total":                {typeCounter, "CPU time spent by the process in user mode."},
+	"process_io_read_bytes_total":                   {typeCounter, "Bytes read by the process through read-like system calls."},
+	"process_io_read_syscalls_total":                {typeCounter, "Read-like system calls made by the process."},
+	"process_io_storage_read_bytes_total":           {typeCounter, "Bytes the process caused to be fetched from storage."},
+	"process_io_storage_written_bytes_total":        {typeCounter, "Bytes the process caused to be sent to storage."},
+	"process_io_write_syscalls_total":               {typeCounter, "Write-like system calls made by the process."},
+	"process_io_written_bytes_total":                {typeCounter, "Bytes written by the process through write-like system calls."},
+	"process_major_pagefaults_total":                {typeCounter, "Page faults of the process that needed a disk read."},
+	"process_minor_pagefaults_total":                {typeCounter, "Page faults of the process served without a disk read."},
+	"process_num_threads":                           {typeGauge, "OS threads of the process."},
+	"process_pressure_cpu_stalled_seconds_total":    {typeCounter, "Time all non-idle tasks of the process's cgroup were stalled on CPU (PSI full)."},
+	"process_pressure_cpu_waiting_seconds_total":    {typeCounter, "Time some tasks of the process's cgroup waited for CPU (PSI some)."},
+	"process_pressure_io_stalled_seconds_total":     {typeCounter, "Time all non-idle tasks of the process's cgroup were stalled on I/O (PSI full)."},
+	"process_pressure_io_waiting_seconds_total":     {typeCounter, "Time some tasks of the process's cgroup waited for I/O (PSI some)."},
+	"process_pressure_memory_stalled_seconds_total": {typeCounter, "Time all non-idle tasks of the process's cgroup were stalled on memory (PSI full)."},
+	"process_pressure_memory_waiting_seconds_total": {typeCounter, "Time some tasks of the process's cgroup waited for memory (PSI some)."},
+	"process_resident_memory_anon_bytes":            {typeGauge, "Resident anonymous memory of the process."},
+	"process_resident_memory_bytes":                 {typeGauge, "Resident memory of the process."},
+	"process_resident_memory_file_bytes":            {typeGauge, "Resident file-backed memory of the process."},
+	"process_resident_memory_peak_bytes":            {typeGauge, "Peak resident memory of the process."},
+	"process_resident_memory_shared_bytes":          {typeGauge, "Resident shared memory of the process."},
+	"process_start_time_seconds":                    {typeGauge, "Start time of the process, in seconds since the Unix epoch."},
+	"process_virtual_memory_bytes":                  {typeGauge, "Virtual memory size of the process."},
+	"process_virtual_memory_peak_bytes":             {typeGauge, "Peak virtual memory size of the process."},
 }
 
 // observeAdmission writes the admission gate's gauges at scrape time.
