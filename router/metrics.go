@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -258,6 +259,13 @@ const (
 	typeHistogram = "histogram"
 	typeSummary   = "summary"
 )
+
+// FamilyType is the TYPE of a described family ("" for none), for tests
+// and tools that check a scrape against the table.
+func FamilyType(name string) string { return families[name].typ }
+
+// FamilyNames lists the described families.
+func FamilyNames() []string { return slices.Collect(maps.Keys(families)) }
 
 // family is the metadata of one metric family.
 type family struct {

@@ -1,0 +1,256 @@
+package service
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"pdlb/config"
+	"pdlb/proxy/proxytest"
+	"pdlb/router"
+)
+
+// scrapeBusyLB runs pdlb with the embedded registry (two prefills), two
+// decodes (one answering 503), breakers, health checks and admission
+// control, drives traffic until every pdlb_ family has a series (a retry, a
+// breaker transition, health results, registry requests, an admission
+// refusal), and returns its /metrics body.
+func scrapeBusyLB(t *testing.T) string {
+	t.Helper()
+	p1 := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	p2 := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	var badGenerations atomic.Int32 // health checks reach it too
+	bad := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		if ctx.IsPost() {
+			badGenerations.Add(1)
+		}
+		proxytest.JSONAnswer(503, `{"error":"overloaded"}`)(ctx)
+	})
+	held, release := make(chan struct{}), make(chan struct{})
+	good := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		if bytes.Contains(ctx.PostBody(), []byte("hold")) {
+			close(held)
+			<-release
+		}
+		proxytest.JSONAnswer(200, `{"ok":true}`)(ctx)
+	})
+	port1, port2 := freePort(t), freePort(t)
+	l := startLB(t, nil, []*proxytest.Engine{bad, good}, func(c *config.Config) {
+		c.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 1, OpenTimeout: time.Minute, HalfOpenMaxRequests: 1, Window: time.Minute}
+		c.Retry.MaxAttempts = 3
+		c.Limits.MaxConcurrentRequests, c.Limits.QueueSize, c.Limits.QueueTimeout = 1, 0, time.Second
+		// Results are counted from the first check; no backend changes health.
+		c.Health = config.Health{Interval: 10 * time.Millisecond, Timeout: time.Second, FailThreshold: 1 << 20, PassThreshold: 1}
+		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
+		c.Prefill = []config.Prefill{{URL: p1.URL, BootstrapPort: &port1}, {URL: p2.URL, BootstrapPort: &port2}}
+	})
+	// Registered last, so it runs first: pdlb and the decode shut down only
+	// after the held request is let go, even when the test fails early.
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	// One rank per prefill namespace makes both prefills registry-ready.
+	const rank = `{"attn_tp_size":1,"attn_tp_rank":0,"attn_cp_size":1,"attn_cp_rank":0,"attn_dp_size":1,"attn_dp_rank":0,` +
+		`"pp_size":1,"pp_rank":0,"system_dp_size":1,"system_dp_rank":0,"rank_ip":"127.0.0.1","rank_port":17000,` +
+		`"page_size":64,"kv_cache_dtype":"auto","prefill_http_port":30000}`
+	for _, port := range []int{port1, port2} {
+		req, err := http.NewRequest(http.MethodPut, "http://127.0.0.1:"+strconv.Itoa(port)+"/route", strings.NewReader(rank))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if resp, body := proxytest.ReadAll(t, resp, err); resp.StatusCode != 200 {
+			t.Fatalf("PUT /route on %d: %d %s", port, resp.StatusCode, body)
+		}
+	}
+	// Until the 503 decode is picked once: that request is retried on the
+	// other decode, and the 503 opens the failing decode's breaker.
+	for i := 0; badGenerations.Load() == 0; i++ {
+		if i == 50 {
+			t.Fatal("the 503 decode was never picked")
+		}
+		if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	// One request held in the only admission slot; the next one is refused.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); proxytest.Post(t, l.URL+"/generate", `{"text":"hold"}`) }()
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held request did not reach the decode")
+	}
+	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 429 {
+		t.Fatalf("beyond the admission limit: %d %s", resp.StatusCode, body)
+	}
+	unblock()
+	wg.Wait()
+	var body string
+	if !proxytest.WaitFor(5*time.Second, func() bool {
+		_, body = proxytest.Get(t, l.URL+"/metrics")
+		return strings.Contains(body, `result="ok"`) && strings.Contains(body, `result="fail"`)
+	}) {
+		t.Fatal("no ok and fail health-check results in /metrics")
+	}
+	return body
+}
+
+// exposedFamily is what a scrape says about one family.
+type exposedFamily struct {
+	help, types []string
+	samples     []string // sample names (name_bucket, name_sum, … for histograms)
+}
+
+// parseExposition reads a text exposition family by family, on its own
+// (not with the code under test): a sample belongs to the family of the
+// block it is in when its name is the family's or, for a histogram or
+// summary, the family's plus a reserved suffix; otherwise its name is a
+// family of its own (one without metadata). It reports a family whose lines
+// are not contiguous, and metadata after a family's first sample.
+func parseExposition(body string) (map[string]*exposedFamily, []string, []error) {
+	fams := map[string]*exposedFamily{}
+	var order []string
+	var errs []error
+	cur, split := "", map[string]bool{}
+	enter := func(name string) *exposedFamily {
+		if name != cur {
+			if _, seen := fams[name]; seen {
+				if !split[name] {
+					errs = append(errs, errors.New(name+": lines not contiguous"))
+				}
+				split[name] = true
+			} else {
+				fams[name] = &exposedFamily{}
+				order = append(order, name)
+			}
+			cur = name
+		}
+		return fams[name]
+	}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if kind, rest, ok := strings.Cut(line, " "); ok && kind == "#" {
+			kind, rest, _ = strings.Cut(rest, " ")
+			name, text, _ := strings.Cut(rest, " ")
+			if kind != "HELP" && kind != "TYPE" {
+				continue
+			}
+			f := enter(name)
+			if len(f.samples) > 0 {
+				errs = append(errs, errors.New(name+": "+kind+" after its samples"))
+			}
+			if kind == "HELP" {
+				f.help = append(f.help, text)
+			} else {
+				f.types = append(f.types, text)
+			}
+			continue
+		}
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name := line[:strings.IndexAny(line, "{ ")]
+		fam := name
+		if c := fams[cur]; c != nil && len(c.types) > 0 {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				typ := c.types[0]
+				if name == cur+suffix && (typ == "histogram" || typ == "summary" && suffix != "_bucket") {
+					fam = cur
+				}
+			}
+		}
+		f := enter(fam)
+		f.samples = append(f.samples, name)
+	}
+	return fams, order, errs
+}
+
+// TestMetricsExpositionDescribesEveryFamily: each pdlb_ family of a real
+// scrape has exactly one non-empty # HELP and one # TYPE, before its
+// samples, with all its samples together; on Linux the Go runtime and
+// process families too.
+func TestMetricsExpositionDescribesEveryFamily(t *testing.T) {
+	body := scrapeBusyLB(t)
+	fams, order, errs := parseExposition(body)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	for _, name := range order {
+		f := fams[name]
+		if !strings.HasPrefix(name, "pdlb_") && runtime.GOOS != "linux" {
+			continue // the process families are described for Linux only
+		}
+		if len(f.help) != 1 || strings.TrimSpace(f.help[0]) == "" {
+			t.Errorf("%s: HELP lines %q, want one with text", name, f.help)
+		}
+		if len(f.types) != 1 {
+			t.Errorf("%s: TYPE lines %q, want one", name, f.types)
+			continue
+		}
+		switch typ := f.types[0]; {
+		case typ != router.FamilyType(name):
+			t.Errorf("%s: TYPE %s, the table says %q", name, typ, router.FamilyType(name))
+		case typ == "histogram" && !strings.HasPrefix(name, "go_") &&
+			!(slices.Contains(f.samples, name+"_bucket") && slices.Contains(f.samples, name+"_sum") && slices.Contains(f.samples, name+"_count")):
+			t.Errorf("%s: histogram without _bucket, _sum and _count samples: %q", name, f.samples)
+		}
+	}
+	// The scenario reaches every pdlb_ family, so every one was checked.
+	for _, name := range router.FamilyNames() {
+		if _, ok := fams[name]; !ok && strings.HasPrefix(name, "pdlb_") {
+			t.Errorf("the scrape has no %s: the scenario missed it", name)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", body)
+	}
+}
+
+// TestMetricsPassPromtoolCheck: `promtool check metrics` finds nothing to
+// say about pdlb's families (and cannot fail to parse the scrape).
+// Without promtool on PATH it skips, except under CI (CI set), which fails.
+func TestMetricsPassPromtoolCheck(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not on PATH under CI (Debian package prometheus)")
+		}
+		t.Skip("promtool not on PATH (Debian package prometheus)")
+	}
+	body := scrapeBusyLB(t)
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	// Exit status 3 is lint findings, which may name the runtime's own
+	// families; anything else non-zero is a failure to read the scrape.
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 3) {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		switch {
+		case line == "":
+		case strings.Contains(line, "pdlb_"):
+			t.Errorf("promtool: %s", line)
+		default:
+			t.Logf("promtool (not pdlb's): %s", line)
+		}
+	}
+}
