@@ -104,9 +104,13 @@ func TestAllAttemptsOverloadedIs503(t *testing.T) {
 			t.Fatalf("attempts %d and %d, want one on each decode", d1.Count(), d2.Count())
 		}
 	}
-	// A 503 from the prefill counts the same.
+	// A 503 from the prefill counts the same (the decode answers later:
+	// the prefill's failure comes before the decode's first byte).
 	pOver := proxytest.NewEngine(t, overloaded("3"))
-	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		time.Sleep(300 * time.Millisecond)
+		proxytest.JSONAnswer(200, `{}`)(ctx)
+	})
 	l := startLB(t, []*proxytest.Engine{pOver}, []*proxytest.Engine{d})
 	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "3" || !strings.Contains(body, "prefill "+pOver.URL) {
 		t.Fatalf("prefill 503: %d %s", resp.StatusCode, body)
