@@ -77,6 +77,11 @@ type Timeouts struct {
 type Limits struct {
 	// MaxBodyBytes is the largest accepted request body. Default 67108864 (64 MiB).
 	MaxBodyBytes int `koanf:"max_body_bytes"`
+	// MaxBatchSize is the most items one /generate batch (a "text" list or
+	// an "input_ids" list of lists) may hold; more is a 400. pdlb writes a
+	// bootstrap host, port and room per item for each leg, so this bounds
+	// what a small body of many tiny items can cost. Default 1024.
+	MaxBatchSize int `koanf:"max_batch_size"`
 	// MaxConcurrentRequests caps requests in flight; 0 means no cap. Default 0.
 	MaxConcurrentRequests int `koanf:"max_concurrent_requests"`
 	// QueueSize is how many requests may wait for a slot when the cap is reached. Default 100.

@@ -29,6 +29,7 @@ func Default() Config {
 		},
 		Limits: Limits{
 			MaxBodyBytes: 64 << 20,
+			MaxBatchSize: 1024,
 			QueueSize:    100,
 			QueueTimeout: 30 * time.Second,
 		},

@@ -19,6 +19,7 @@ func TestDefault(t *testing.T) {
 		{"server.max_header_bytes", d.Server.MaxHeaderBytes, 8192},
 		{"timeouts.decode_first_byte", d.Timeouts.DecodeFirstByte, 600 * time.Second},
 		{"limits.max_body_bytes", d.Limits.MaxBodyBytes, 67108864},
+		{"limits.max_batch_size", d.Limits.MaxBatchSize, 1024},
 		{"log.format", d.Log.Format, "json"},
 		{"bootstrap.mode", d.Bootstrap.Mode, "embedded"},
 		{"bootstrap.lookup_attempts", d.Bootstrap.LookupAttempts, 20},

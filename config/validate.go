@@ -130,6 +130,9 @@ func (c *Config) checkLimits() *Error {
 	if c.Limits.MaxBodyBytes <= 0 {
 		return errorf("limits.max_body_bytes", fmt.Sprintf("%d must be positive", c.Limits.MaxBodyBytes))
 	}
+	if c.Limits.MaxBatchSize < 1 {
+		return errorf("limits.max_batch_size", fmt.Sprintf("%d must be at least 1", c.Limits.MaxBatchSize))
+	}
 	return nil
 }
 

@@ -75,6 +75,7 @@ func TestValidate(t *testing.T) {
 		{"max attempts", func(c *Config) { c.Retry.MaxAttempts = 0 }, "retry.max_attempts", "at least 1"},
 		{"retry max below initial", func(c *Config) { c.Retry.Max = time.Millisecond }, "retry.max", "below retry.initial"},
 		{"max body zero", func(c *Config) { c.Limits.MaxBodyBytes = 0 }, "limits.max_body_bytes", "must be positive"},
+		{"max batch zero", func(c *Config) { c.Limits.MaxBatchSize = 0 }, "limits.max_batch_size", "must be at least 1"},
 		{"health threshold", func(c *Config) { c.Health.FailThreshold = 0 }, "health.fail_threshold", "at least 1"},
 	}
 	for _, tt := range tests {
