@@ -45,9 +45,10 @@ type injection struct {
 // (and, when rewriting ranks, its rank members) cut out and pdlb's appended
 // before the closing brace. Everything else is copied byte for byte.
 func appendInjected(dst, body []byte, r *pdRequest, in *injection) []byte {
-	drops := r.drops[:r.ndrops]
+	var all [2 * maxDrops]span
+	drops := append(all[:0], r.drops[:r.ndrops]...)
 	if in.rankKey != "" && r.nrankSpans > 0 {
-		drops = append(drops[:len(drops):len(drops)], r.rankSpans[:r.nrankSpans]...)
+		drops = append(drops, r.rankSpans[:r.nrankSpans]...)
 		slices.SortFunc(drops, func(a, b span) int { return a.start - b.start })
 	}
 	pos := 0
@@ -131,7 +132,7 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-func skipSpace(b []byte, i int) int {
+func skipSpace[B ~string | ~[]byte](b B, i int) int {
 	for i < len(b) && isSpace(b[i]) {
 		i++
 	}

@@ -76,14 +76,10 @@ func (q *request) admit(ctx *fasthttp.RequestCtx) bool {
 
 // parse reads what routing needs from the body, or answers 400.
 func (q *request) parse(batchAware bool) bool {
-	p, err := parseRequest(q.body)
+	p, err := parseRequest(q.body, parseOptions{generate: batchAware})
 	if err != nil {
 		q.fail(fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, err.Error(), err)
 		return false
-	}
-	if !batchAware {
-		// The OpenAI routes always take scalars; the engine expands them.
-		p.batch = 0
 	}
 	q.parsed = p
 	return true
