@@ -55,6 +55,8 @@ type parseOptions struct {
 	// generate marks /generate: its GenerateReqInput reads text, input_ids
 	// and return_logprob, which the OpenAI request models ignore.
 	generate bool
+	// maxBatch is limits.max_batch_size: a larger /generate batch is refused.
+	maxBatch int
 }
 
 var (
@@ -160,7 +162,7 @@ func (r *pdRequest) decide(last *lastMembers, opt parseOptions) error {
 		r.stream = b
 	}
 	if opt.generate {
-		if err := r.decideGenerate(last); err != nil {
+		if err := r.decideGenerate(last, opt.maxBatch); err != nil {
 			return err
 		}
 	}
@@ -188,7 +190,7 @@ func (r *pdRequest) decide(last *lastMembers, opt parseOptions) error {
 // decideGenerate reads what only GenerateReqInput has. Batch or not is
 // decided as GenerateReqInput._determine_batch_size does: by text when it
 // is not null, else by input_ids (a list of lists is a batch).
-func (r *pdRequest) decideGenerate(last *lastMembers) error {
+func (r *pdRequest) decideGenerate(last *lastMembers, maxBatch int) error {
 	// return_logprob: Optional[Union[List[bool], bool]].
 	if v := last.returnLogprob; v != "" && v != "null" {
 		if v[0] == '[' {
@@ -210,7 +212,8 @@ func (r *pdRequest) decideGenerate(last *lastMembers) error {
 			return mustBe("return_logprob", "a boolean or a list of booleans", v)
 		}
 	}
-	switch v := last.text; {
+	key, v := "text", last.text
+	switch {
 	case v != "" && v != "null":
 		// text: Optional[Union[List[str], str]].
 		switch v[0] {
@@ -231,7 +234,7 @@ func (r *pdRequest) decideGenerate(last *lastMembers) error {
 	case last.inputIDs != "" && last.inputIDs != "null":
 		// input_ids: Optional[Union[List[List[int]], List[int]]]. The
 		// engine checks the token ids; pdlb needs the shape only.
-		v := last.inputIDs
+		key, v = "input_ids", last.inputIDs
 		if v[0] != '[' {
 			return mustBe("input_ids", "a list of token ids or a list of such lists", v)
 		}
@@ -247,6 +250,9 @@ func (r *pdRequest) decideGenerate(last *lastMembers) error {
 			return fmt.Errorf("input_ids: item %d of the batch must be a list, got %s", bad, truncate(badItem, 40))
 		}
 		r.batch = n
+	}
+	if r.batch > maxBatch {
+		return fmt.Errorf("%s: batch of %d items exceeds limits.max_batch_size (%d)", key, r.batch, maxBatch)
 	}
 	return nil
 }

@@ -15,11 +15,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
+
+	"pdlb/config"
 )
 
 var (
-	generateRoute = parseOptions{generate: true}
-	openAIRoute   = parseOptions{}
+	generateRoute = parseOptions{generate: true, maxBatch: 1024}
+	openAIRoute   = parseOptions{maxBatch: 1024}
 )
 
 // decision is what parseRequest decided about a body, in a form a test can
@@ -43,7 +45,7 @@ var errEngineRefusesBody = errors.New("the engine cannot decode this body")
 // engineRead reads body as an SGLang engine does: Python's json.loads (the
 // last of duplicate members wins) and then pydantic in lax mode, plus pdlb's
 // own refusals (DP ranks that are not JSON integers, members pdlb replaces
-// repeated more than maxDrops times). It is written
+// repeated more than maxDrops times, batches over the limit). It is written
 // apart from parseRequest, on encoding/json's tokens, which see every
 // duplicate. bad names the members a refusal may name.
 func engineRead(body []byte, opt parseOptions) (d decision, bad map[string]bool, err error) {
@@ -97,7 +99,7 @@ func engineRead(body []byte, opt parseOptions) (d decision, bad map[string]bool,
 		}
 	}
 	if opt.generate {
-		readGenerate(last, &d, bad)
+		readGenerate(last, opt.maxBatch, &d, bad)
 	}
 	for _, key := range []string{"routed_dp_rank", "disagg_prefill_dp_rank"} {
 		switch v := last[key].(type) {
@@ -121,7 +123,7 @@ func engineRead(body []byte, opt parseOptions) (d decision, bad map[string]bool,
 
 // readGenerate reads GenerateReqInput's own members: text decides batch or
 // single when it is not null, else input_ids (_determine_batch_size).
-func readGenerate(last map[string]any, d *decision, bad map[string]bool) {
+func readGenerate(last map[string]any, maxBatch int, d *decision, bad map[string]bool) {
 	switch v := last["return_logprob"].(type) {
 	case nil:
 	case []any:
@@ -173,6 +175,9 @@ func readGenerate(last map[string]any, d *decision, bad map[string]bool) {
 		}
 		d.batch = len(v)
 	default:
+		bad[key] = true
+	}
+	if d.batch > maxBatch {
 		bad[key] = true
 	}
 }
@@ -335,6 +340,27 @@ func TestParseRequestOpenAIRoutesIgnoreGenerateMembers(t *testing.T) {
 	}
 }
 
+func TestParseRequestBatchLimit(t *testing.T) {
+	opt := parseOptions{generate: true, maxBatch: 3}
+	for body, want := range map[string]string{
+		`{"text":["a","b","c","d"]}`:         "text: batch of 4 items exceeds limits.max_batch_size (3)",
+		`{"input_ids":[[1],[2],[3],[4],[]]}`: "input_ids: batch of 5 items exceeds limits.max_batch_size (3)",
+	} {
+		if _, err := parseRequest([]byte(body), opt); err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+	for _, body := range []string{`{"text":["a","b","c"]}`, `{"input_ids":[1,2,3,4,5]}`, `{"text":"x","input_ids":[[1],[2],[3],[4]]}`} {
+		if _, err := parseRequest([]byte(body), opt); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+	// The OpenAI routes take scalar bootstrap fields: no batch, no limit.
+	if _, err := parseRequest([]byte(`{"text":["a","b","c","d"],"prompt":["a","b","c","d"]}`), parseOptions{maxBatch: 3}); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestEnginesReadTheBodyAsPdlbDid: through a real pdlb, the body each engine
 // receives means what pdlb decided. The engines read it last-wins (Go's
 // encoding/json into a map, like Python's json.loads), so a batch has
@@ -411,6 +437,40 @@ func TestLaxStreamValuesAreStreams(t *testing.T) {
 		if resp.StatusCode != 200 || got != want {
 			t.Errorf("%s: %d %q, want %q", body, resp.StatusCode, got, want)
 		}
+	}
+}
+
+// TestBatchOverLimitNeverReachesABackend: a batch beyond
+// limits.max_batch_size is a 400 naming the key, answered before any
+// backend is contacted.
+func TestBatchOverLimitNeverReachesABackend(t *testing.T) {
+	p := newBackend(t, jsonAnswer(200, `{}`))
+	d := newBackend(t, jsonAnswer(200, `{}`))
+	limit := config.Default().Limits.MaxBatchSize
+	l := startLB(t, []*backend{p}, []*backend{d})
+	texts := `{"text":[` + strings.Repeat(`"a",`, limit) + `"a"]}`
+	ids := `{"input_ids":[` + strings.Repeat(`[1],`, limit) + `[1]],"stream":true}`
+	for _, body := range []string{texts, ids} {
+		req := fasthttp.AcquireRequest()
+		resp := fasthttp.AcquireResponse()
+		req.SetRequestURI(l.URL + "/generate")
+		req.Header.SetMethod("POST")
+		req.SetBodyString(body)
+		if err := fasthttp.DoTimeout(req, resp, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		var e errorBody
+		want := fmt.Sprintf("batch of %d items exceeds limits.max_batch_size (%d)", limit+1, limit)
+		if resp.StatusCode() != 400 || json.Unmarshal(resp.Body(), &e) != nil || !strings.Contains(e.Error.Message, want) {
+			t.Errorf("%.30s…: %d %s, want 400 saying %q", body, resp.StatusCode(), resp.Body(), want)
+		}
+	}
+	if p.count()+d.count() != 0 {
+		t.Fatalf("a batch over the limit reached the backends (%d, %d)", p.count(), d.count())
+	}
+	// One item fewer is served.
+	if resp, body := post(t, l.URL+"/generate", `{"text":[`+strings.Repeat(`"a",`, limit-1)+`"a"]}`); resp.StatusCode != 200 {
+		t.Fatalf("a batch at the limit: %d %s", resp.StatusCode, body)
 	}
 }
 

@@ -30,7 +30,7 @@ func testConfig() config.Config {
 	c := config.Config{}
 	c.Server = config.Server{Host: "127.0.0.1", Port: 0, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: 8192}
 	c.Timeouts = config.Timeouts{Connect: time.Second, PrefillFirstByte: 5 * time.Second, DecodeFirstByte: 5 * time.Second, DecodeIdle: 5 * time.Second, Request: 10 * time.Second}
-	c.Limits = config.Limits{MaxBodyBytes: 1 << 20}
+	c.Limits = config.Limits{MaxBodyBytes: 1 << 20, MaxBatchSize: config.Default().Limits.MaxBatchSize}
 	c.Retry = config.Retry{MaxAttempts: 1, Initial: time.Millisecond, Max: 10 * time.Millisecond}
 	c.Bootstrap.Mode = "off"
 	c.Metrics.Enabled = true

@@ -73,6 +73,18 @@ func appendInjected(dst, body []byte, r *pdRequest, in *injection) []byte {
 	return append(dst, body[r.closeIdx:]...)
 }
 
+// injectedCap bounds the length of appendInjected's output for body and
+// any leg of in, so that the buffer holding the injected bodies is
+// allocated once, at the size it needs, instead of growing (and copying)
+// while a large body is appended to it.
+func injectedCap(body []byte, in *injection) int {
+	// Per item: the host (escaped: at most doubled) with its quotes, a port
+	// or null, a room, and their commas. Once: the member names, brackets
+	// and a rank member, 106 bytes at most.
+	perItem := 2*len(in.host) + 3 + 21 + 21
+	return len(body) + 128 + len(in.rooms)*perItem
+}
+
 func appendMembers(dst []byte, in *injection) []byte {
 	dst = append(dst, `"bootstrap_host":`...)
 	dst = appendRepeated(dst, in, func(d []byte) []byte { return appendJSONString(d, in.host) })

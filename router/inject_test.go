@@ -122,7 +122,7 @@ func FuzzInjection(f *testing.F) {
 	}
 	port := 1
 	f.Fuzz(func(t *testing.T, body string, openAI bool) {
-		opt := parseOptions{generate: !openAI}
+		opt := parseOptions{generate: !openAI, maxBatch: 8}
 		r, err := parseRequest([]byte(body), opt)
 		want, bad, werr := engineRead([]byte(body), opt)
 		switch {
@@ -154,6 +154,9 @@ func FuzzInjection(f *testing.F) {
 		}
 		for _, leg := range legs {
 			out := appendInjected(nil, []byte(body), &r, leg)
+			if len(out) > injectedCap([]byte(body), &in) {
+				t.Fatalf("%q: injected %d bytes, over injectedCap %d", body, len(out), injectedCap([]byte(body), &in))
+			}
 			checkInjected(t, body, out, &r, leg, opt)
 		}
 	})

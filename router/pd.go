@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/valyala/bytebufferpool"
@@ -145,9 +146,14 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 	// Both bodies live in one pooled buffer that the proxy returns once both
 	// legs have sent them.
 	buf := bytebufferpool.Get()
-	buf.B = appendInjected(buf.B[:0], q.body, req, rankFor(&in, req, dpSize, "routed_dp_rank"))
-	pEnd := len(buf.B)
+	legs := 1 // bodies: a rank rewritten per leg makes two
 	if req.rankField != "" && dpSize > 0 {
+		legs = 2
+	}
+	buf.B = slices.Grow(buf.B[:0], legs*injectedCap(q.body, &in))
+	buf.B = appendInjected(buf.B, q.body, req, rankFor(&in, req, dpSize, "routed_dp_rank"))
+	pEnd := len(buf.B)
+	if legs == 2 {
 		buf.B = appendInjected(buf.B, q.body, req, rankFor(&in, req, dpSize, "disagg_prefill_dp_rank"))
 	}
 	pBody, dBody := buf.B[:pEnd], buf.B[pEnd:]

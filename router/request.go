@@ -76,7 +76,7 @@ func (q *request) admit(ctx *fasthttp.RequestCtx) bool {
 
 // parse reads what routing needs from the body, or answers 400.
 func (q *request) parse(batchAware bool) bool {
-	p, err := parseRequest(q.body, parseOptions{generate: batchAware})
+	p, err := parseRequest(q.body, parseOptions{generate: batchAware, maxBatch: q.r.cfg().Limits.MaxBatchSize})
 	if err != nil {
 		q.fail(fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, err.Error(), err)
 		return false
