@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
+	"pdlb/proxy/proxytest"
 )
 
 var (
@@ -367,9 +368,9 @@ func TestParseRequestBatchLimit(t *testing.T) {
 // bootstrap lists as long as the batch the engine sees and a single request
 // scalars.
 func TestEnginesReadTheBodyAsPdlbDid(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{}`))
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	cases := []struct {
 		body  string
 		batch int // the batch the engine reads; 0: single
@@ -381,13 +382,13 @@ func TestEnginesReadTheBodyAsPdlbDid(t *testing.T) {
 		{`{"te\u0078t":["a","b"],"bootstrap\u005froom":7}`, 2},
 	}
 	for _, c := range cases {
-		resp, body := post(t, l.URL+"/generate", c.body)
+		resp, body := proxytest.Post(t, l.URL+"/generate", c.body)
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", c.body, resp.StatusCode, body)
 		}
 		var m map[string]json.RawMessage
-		if err := json.Unmarshal(d.lastBody(), &m); err != nil {
-			t.Fatalf("%s: decode body %s: %v", c.body, d.lastBody(), err)
+		if err := json.Unmarshal(d.LastBody(), &m); err != nil {
+			t.Fatalf("%s: decode body %s: %v", c.body, d.LastBody(), err)
 		}
 		var rooms []uint64
 		isList := json.Unmarshal(m["bootstrap_room"], &rooms) == nil
@@ -415,11 +416,11 @@ func TestLaxStreamValuesAreStreams(t *testing.T) {
 			sseEngine([]string{`{"text":"a"}`}, 0, true)(ctx)
 			return
 		}
-		jsonAnswer(200, `{"text":"a"}`)(ctx)
+		proxytest.JSONAnswer(200, `{"text":"a"}`)(ctx)
 	}
-	p := newBackend(t, engine)
-	d := newBackend(t, engine)
-	l := startLB(t, []*backend{p}, []*backend{d})
+	p := proxytest.NewEngine(t, engine)
+	d := proxytest.NewEngine(t, engine)
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	client := &http.Client{Timeout: 3 * time.Second}
 	for body, stream := range map[string]bool{
 		`{"text":"x","stream":"on"}`:               true,
@@ -429,7 +430,7 @@ func TestLaxStreamValuesAreStreams(t *testing.T) {
 		`{"text":"x","stream":true,"stream":"no"}`: false,
 	} {
 		resp, err := client.Post(l.URL+"/generate", "application/json", strings.NewReader(body))
-		resp, got := readAll(t, resp, err)
+		resp, got := proxytest.ReadAll(t, resp, err)
 		want := `{"text":"a"}`
 		if stream {
 			want = "data: {\"text\":\"a\"}\n\ndata: [DONE]\n\n"
@@ -444,10 +445,10 @@ func TestLaxStreamValuesAreStreams(t *testing.T) {
 // limits.max_batch_size is a 400 naming the key, answered before any
 // backend is contacted.
 func TestBatchOverLimitNeverReachesABackend(t *testing.T) {
-	p := newBackend(t, jsonAnswer(200, `{}`))
-	d := newBackend(t, jsonAnswer(200, `{}`))
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	limit := config.Default().Limits.MaxBatchSize
-	l := startLB(t, []*backend{p}, []*backend{d})
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	texts := `{"text":[` + strings.Repeat(`"a",`, limit) + `"a"]}`
 	ids := `{"input_ids":[` + strings.Repeat(`[1],`, limit) + `[1]],"stream":true}`
 	for _, body := range []string{texts, ids} {
@@ -459,17 +460,17 @@ func TestBatchOverLimitNeverReachesABackend(t *testing.T) {
 		if err := fasthttp.DoTimeout(req, resp, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		var e errorBody
+		var e proxytest.ErrorBody
 		want := fmt.Sprintf("batch of %d items exceeds limits.max_batch_size (%d)", limit+1, limit)
 		if resp.StatusCode() != 400 || json.Unmarshal(resp.Body(), &e) != nil || !strings.Contains(e.Error.Message, want) {
 			t.Errorf("%.30s…: %d %s, want 400 saying %q", body, resp.StatusCode(), resp.Body(), want)
 		}
 	}
-	if p.count()+d.count() != 0 {
-		t.Fatalf("a batch over the limit reached the backends (%d, %d)", p.count(), d.count())
+	if p.Count()+d.Count() != 0 {
+		t.Fatalf("a batch over the limit reached the backends (%d, %d)", p.Count(), d.Count())
 	}
 	// One item fewer is served.
-	if resp, body := post(t, l.URL+"/generate", `{"text":[`+strings.Repeat(`"a",`, limit-1)+`"a"]}`); resp.StatusCode != 200 {
+	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":[`+strings.Repeat(`"a",`, limit-1)+`"a"]}`); resp.StatusCode != 200 {
 		t.Fatalf("a batch at the limit: %d %s", resp.StatusCode, body)
 	}
 }
