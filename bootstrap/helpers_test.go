@@ -74,8 +74,22 @@ func startRegistryInMemory(t *testing.T, cfg config.Bootstrap) *regEnv {
 
 func serveRegistry(t *testing.T, cfg config.Bootstrap, ln net.Listener, port int, addr string) *regEnv {
 	t.Helper()
+	return serveRegistryLogged(t, cfg, ln, port, addr, zerolog.Nop())
+}
+
+// startRegistryLogged is startRegistry with the registry logging to log.
+func startRegistryLogged(t *testing.T, cfg config.Bootstrap, log zerolog.Logger) *regEnv {
+	t.Helper()
+	ln := proxytest.Listen(t, "127.0.0.1:0")
+	e := serveRegistryLogged(t, cfg, ln, ln.Addr().(*net.TCPAddr).Port, ln.Addr().String(), log)
+	e.client = &fasthttp.Client{}
+	return e
+}
+
+func serveRegistryLogged(t *testing.T, cfg config.Bootstrap, ln net.Listener, port int, addr string, log zerolog.Logger) *regEnv {
+	t.Helper()
 	clk := newFakeClock()
-	reg := NewRegistry(defaulted(cfg), zerolog.Nop(), pdlb.Clock{Now: clk.Now})
+	reg := NewRegistry(defaulted(cfg), log, pdlb.Clock{Now: clk.Now})
 	srv := reg.NewServer(port)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

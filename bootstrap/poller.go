@@ -22,8 +22,9 @@ type PollerOptions struct {
 	// Refresh between polls once ready (pdlb passes health.interval).
 	// Required.
 	Refresh time.Duration
-	// Sleep waits between polls. Default pdlb.SleepContext.
-	Sleep pdlb.SleepFunc
+	// Clock tells the time and waits between polls; zero fields are the
+	// system's.
+	Clock pdlb.Clock
 	// Client sends the GETs. Default a new fasthttp.Client.
 	Client *fasthttp.Client
 }
@@ -57,9 +58,7 @@ type target struct {
 // NewPoller returns a Poller with no addresses; Close stops it. Each poll
 // is one GET bounded by SGLang's own lookup timeout (5 s).
 func NewPoller(o PollerOptions, log zerolog.Logger) *Poller {
-	if o.Sleep == nil {
-		o.Sleep = pdlb.SleepContext
-	}
+	o.Clock = o.Clock.OrSystem()
 	if o.Client == nil {
 		o.Client = newClient()
 	}
@@ -117,7 +116,7 @@ func (p *Poller) run(ctx context.Context, t *target) {
 		}
 		t.wake = cancel
 		t.mu.Unlock()
-		_ = p.o.Sleep(sctx, d)
+		_ = p.o.Clock.Sleep(sctx, d)
 		t.mu.Lock()
 		t.wake = nil
 		t.mu.Unlock()
@@ -142,18 +141,21 @@ func (p *Poller) poll(t *target) {
 	default:
 		info, err = decodeSentinel(body)
 	}
+	now := p.o.Clock.Now()
 	if err != nil {
-		if t.state.setNotReady() {
-			p.log.Warn().Str("bootstrap_addr", t.addr).Err(err).Msg("prefill registry no longer ready")
-		} else {
-			p.log.Debug().Str("bootstrap_addr", t.addr).Err(err).Msg("prefill registry not ready")
+		t.state.setNotReady()
+		if log, unreadyFor := t.state.reportUnready(now); log {
+			p.log.Warn().Str("bootstrap_addr", t.addr).Str("cause", err.Error()).Dur("unready_for", unreadyFor).
+				Int64("registered", t.state.registered.Load()).Int64("expected", t.state.expected.Load()).
+				Msg("prefill registry not ready: requests are not routed to this prefill")
 		}
 		return
 	}
+	wasUnready := t.state.clearUnready(now)
 	n := info.Ranks()
 	t.state.setCounts(n, n)
 	if t.state.setReady(&info) {
-		p.log.Info().Str("bootstrap_addr", t.addr).Int("ranks", n).Msg("prefill registry ready")
+		p.log.Info().Str("bootstrap_addr", t.addr).Int("ranks", n).Dur("unready_for", wasUnready).Msg("prefill registry ready")
 	}
 }
 

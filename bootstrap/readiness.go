@@ -5,7 +5,14 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
+
+// UnreadyLogEvery is how often a registry that stays unready (or
+// unreachable) is logged again at warn, after its first failure: often
+// enough that an operator looking at the log sees why requests get 503,
+// rarely enough not to flood it while a prefill loads its model.
+const UnreadyLogEvery = 30 * time.Second
 
 // readiness is one prefill registry's state as the request path reads it
 // (lock-free: its info once ready, its rank counts) and waits on it (a
@@ -19,6 +26,9 @@ type readiness struct {
 
 	mu      sync.Mutex
 	readyCh chan struct{} // closed while ready; replaced when readiness is lost
+	// unreadySince is when the registry was first seen unready (zero while
+	// ready or not yet seen); lastReport when that was last logged.
+	unreadySince, lastReport time.Time
 }
 
 func newReadiness() *readiness { return &readiness{readyCh: make(chan struct{})} }
@@ -43,6 +53,36 @@ func (r *readiness) setNotReady() (was bool) {
 	}
 	r.readyCh = make(chan struct{})
 	return true
+}
+
+// reportUnready decides whether an unready registry is logged now: at its
+// first failure, then once every UnreadyLogEvery while it stays unready. It
+// also returns how long the registry has been unready.
+func (r *readiness) reportUnready(now time.Time) (log bool, unreadyFor time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unreadySince.IsZero() {
+		r.unreadySince, r.lastReport = now, now
+		return true, 0
+	}
+	if now.Sub(r.lastReport) < UnreadyLogEvery {
+		return false, now.Sub(r.unreadySince)
+	}
+	r.lastReport = now
+	return true, now.Sub(r.unreadySince)
+}
+
+// clearUnready forgets an unready spell (the registry is ready again) and
+// returns how long it lasted (0 when there was none).
+func (r *readiness) clearUnready(now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unreadySince.IsZero() {
+		return 0
+	}
+	d := now.Sub(r.unreadySince)
+	r.unreadySince, r.lastReport = time.Time{}, time.Time{}
+	return d
 }
 
 func (r *readiness) setCounts(registered, expected int) {

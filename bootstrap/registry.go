@@ -3,6 +3,9 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -93,6 +96,36 @@ func (r *Registry) WaitInfo(ctx context.Context, addr string) (PrefillInfo, erro
 		defer cancel()
 	}
 	return r.stateOf(addr).wait(ctx, addr, nil)
+}
+
+// ReportUnready logs each namespace that is not ready, at warn: at the
+// first call that finds it so, then once every UnreadyLogEvery while it
+// stays so, with how far registration got and for how long. Without it, a
+// prefill whose ranks never register (a stock SGLang prefill, which serves
+// its own registry, pointed at pdlb in embedded mode) gets 503s forever
+// with nothing said at the default log level.
+func (r *Registry) ReportUnready() {
+	now := r.clock.Now()
+	for port, ns := range r.spaces.Load() {
+		if ns.state.ready() {
+			ns.state.clearUnready(now)
+			continue
+		}
+		if log, unreadyFor := ns.state.reportUnready(now); log {
+			r.log.Warn().Int("bootstrap_port", port).
+				Str("cause", countText(ns.state.registered.Load(), ns.state.expected.Load())).Dur("unready_for", unreadyFor).
+				Str("register_at", "http://"+net.JoinHostPort(r.cfg.AdvertiseHost, strconv.Itoa(port))+"/route").
+				Msg("prefill registry not ready: requests are not routed to this prefill until its ranks register with pdlb " +
+					"(stock SGLang prefills serve their own registry: use bootstrap.mode external for them)")
+		}
+	}
+}
+
+// RunUnreadyReports calls ReportUnready every interval until ctx ends.
+func (r *Registry) RunUnreadyReports(ctx context.Context, every time.Duration) {
+	for r.clock.Sleep(ctx, every) == nil {
+		r.ReportUnready()
+	}
 }
 
 // countText is the "k of N ranks registered" of not-ready answers; N is "?"

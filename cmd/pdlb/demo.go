@@ -55,7 +55,7 @@ func demo(args []string) error {
 			return nil, err
 		}
 		o.TokenDelay = 20 * time.Millisecond
-		e, err := startMock(o, u.Host, log.With().Str("mock", o.Role).Logger())
+		e, err := startMock(o, u.Host, log)
 		if err != nil {
 			return nil, err
 		}

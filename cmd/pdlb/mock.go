@@ -68,8 +68,7 @@ func mockCmd(args []string) error {
 	}
 	base, flushLog := newLogger(config.Log{Level: *level, Format: "console"})
 	defer flushLog()
-	log := base.With().Str("mock", o.Role).Logger()
-	e, err := startMock(o, net.JoinHostPort(*host, strconv.Itoa(*port)), log)
+	e, err := startMock(o, net.JoinHostPort(*host, strconv.Itoa(*port)), base)
 	if err != nil {
 		return err
 	}
@@ -94,7 +93,8 @@ func waitForMock(e *mock.Engine) error {
 	}
 }
 
-// startMock listens on addr and serves a mock engine in the background.
+// startMock listens on addr and serves a mock engine in the background
+// (its log lines name it: mock.New adds "mock": role).
 func startMock(o mock.Options, addr string, log zerolog.Logger) (*mock.Engine, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -102,6 +102,6 @@ func startMock(o mock.Options, addr string, log zerolog.Logger) (*mock.Engine, e
 	}
 	e := mock.New(o, log)
 	go e.Serve(ln)
-	log.Info().Str("addr", ln.Addr().String()).Msg("mock engine listening")
+	log.Info().Str("mock", o.Role).Str("addr", ln.Addr().String()).Msg("mock engine listening")
 	return e, nil
 }

@@ -35,7 +35,16 @@ type registryWiring struct {
 	mu      sync.Mutex
 	servers map[int]*bootstrap.Server
 	started bool
+
+	// stopReports ends the embedded registry's unready reports.
+	stopReports context.CancelFunc
+	reports     sync.WaitGroup
 }
+
+// unreadyCheckEvery is how often the embedded registry's namespaces are
+// checked for a prefill whose ranks have not all registered (the first
+// report of one comes at most this long after pdlb starts).
+const unreadyCheckEvery = 5 * time.Second
 
 func newRegistryWiring(cfg *config.Config, log zerolog.Logger) *registryWiring {
 	w := &registryWiring{mode: cfg.Bootstrap.Mode, host: cfg.Bootstrap.ListenHost, servers: map[int]*bootstrap.Server{}}
@@ -144,6 +153,11 @@ func (w *registryWiring) start() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.started = true
+	if w.registry != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		w.stopReports = cancel
+		w.reports.Go(func() { w.registry.RunUnreadyReports(ctx, unreadyCheckEvery) })
+	}
 	for port, srv := range w.servers {
 		if err := w.listen(port, srv); err != nil {
 			return err
@@ -162,6 +176,10 @@ func (w *registryWiring) shutdown(ctx context.Context) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.stopReports != nil {
+		w.stopReports()
+		w.reports.Wait()
+	}
 	for _, srv := range w.servers {
 		srv.Shutdown(ctx)
 	}
