@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -76,15 +75,6 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil // our Shutdown closed the listener
 	}
 	return err
-}
-
-// ListenAndServe binds host:port (port is the namespace's) and serves.
-func (s *Server) ListenAndServe(host string) error {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(s.port)))
-	if err != nil {
-		return fmt.Errorf("bootstrap registry for port %d: %w", s.port, err)
-	}
-	return s.Serve(ln)
 }
 
 // Shutdown stops accepting, waits for in-flight requests or ctx. It also

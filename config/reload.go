@@ -92,10 +92,3 @@ func (l *Loader) Watch(onChange func(*Config, error)) (stop func(), err error) {
 		_ = fp.Unwatch()
 	}, nil
 }
-
-// Watch watches a config file alone (no env, no flags) with Loader.Watch;
-// `pdlb serve` should use a Loader holding its whole Source instead.
-func Watch(path string, onChange func(*Config, error)) (stop func(), err error) {
-	l := &Loader{Source: Source{File: path}}
-	return l.Watch(onChange)
-}

@@ -124,20 +124,3 @@ func TestWatchNeedsFile(t *testing.T) {
 		t.Error("Watch without a file succeeded")
 	}
 }
-
-func TestWatchPath(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pdlb.yaml")
-	replaceFile(t, path, minimalYAML)
-	var r reloads
-	stop, err := Watch(path, r.record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	replaceFile(t, path, minimalYAML+"admin:\n  port: 0\n")
-	waitFor(t, "reload with admin off", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return len(r.cfgs) > 0 && r.cfgs[len(r.cfgs)-1].Admin.Port == 0
-	})
-}

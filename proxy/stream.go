@@ -162,9 +162,6 @@ type EventSender interface {
 	SendEvent(ev []byte) (int, error)
 }
 
-// Close releases a stream that will not be relayed.
-func (s *Stream) Close() { s.finish(ErrClientGone) }
-
 // release ends the upstream body; the connection is pooled only when the
 // body ended cleanly.
 func (s *Stream) release(clean bool) {

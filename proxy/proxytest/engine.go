@@ -135,18 +135,6 @@ func (e *Engine) record(body []byte, path, id string) {
 	e.ids = append(e.ids, id)
 }
 
-// Addr is the engine's host:port.
-func (e *Engine) Addr() string { return e.ln.Addr().String() }
-
-// Close stops the engine now (its URL then refuses connections).
-func (e *Engine) Close() {
-	if e.srv != nil {
-		e.srv.Shutdown()
-		return
-	}
-	e.ln.Close()
-}
-
 // LastBody is the body of the last request received (nil before any).
 func (e *Engine) LastBody() []byte {
 	e.mu.Lock()
