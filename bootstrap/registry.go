@@ -28,7 +28,8 @@ type Registry struct {
 	spaces pdlb.CopyOnWrite[map[int]*Namespace]
 
 	// Observe, when set before serving, is told every answered request
-	// (metrics: bootstrap requests by route and status).
+	// (metrics: bootstrap requests by route and status; path is the route,
+	// or "other" for any unknown path).
 	Observe func(path string, status int)
 }
 

@@ -3,6 +3,8 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,4 +255,22 @@ func appendInt(b []byte, n int) []byte {
 		b = appendInt(b, n/10)
 	}
 	return append(b, byte('0'+n%10))
+}
+
+// TestObserveLabelsKnownRoutesOnly: requests for random paths are counted
+// under "other", so a scanner cannot grow the metrics without bound.
+func TestObserveLabelsKnownRoutesOnly(t *testing.T) {
+	e := startRegistry(t, config.Bootstrap{})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	e.reg.Observe = func(path string, _ int) { mu.Lock(); seen[path]++; mu.Unlock() }
+	for _, p := range []string{"/route?prefill_dp_rank=-1", "/health", "/x1", "/x2", "/.env", "/query_dp_ranks"} {
+		e.do(t, "GET", p, "")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"/route": 1, "/health": 1, "other": 3, "/query_dp_ranks": 1}
+	if !maps.Equal(seen, want) {
+		t.Fatalf("observed %v, want %v", seen, want)
+	}
 }

@@ -104,7 +104,7 @@ func (r *Registry) Handler(port int) fasthttp.RequestHandler {
 			textReply(ctx, fasthttp.StatusNotFound, "404: Not Found")
 		}
 		if r.Observe != nil {
-			r.Observe(string(ctx.Path()), ctx.Response.StatusCode())
+			r.Observe(routeLabel(ctx.Path()), ctx.Response.StatusCode())
 		}
 	}
 }
@@ -153,6 +153,17 @@ func (r *Registry) dispatch(ns *Namespace, ctx *fasthttp.RequestCtx) {
 	default:
 		textReply(ctx, fasthttp.StatusNotFound, "404: Not Found")
 	}
+}
+
+// routeLabel names a request's route for metrics: one of the registry's
+// routes, or "other", so that requests for random paths cannot create
+// unbounded series.
+func routeLabel(path []byte) string {
+	switch p := string(path); p {
+	case "/route", "/register_dp_rank", "/query_dp_ranks", "/health":
+		return p
+	}
+	return "other"
 }
 
 func textReply(ctx *fasthttp.RequestCtx, status int, body string) {
