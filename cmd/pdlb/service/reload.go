@@ -4,6 +4,7 @@ import (
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/router"
+	"slices"
 )
 
 // Apply swaps in a new, validated config without dropping in-flight
@@ -30,9 +31,8 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Boo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.cfg
-	if old.Server.Host != cfg.Server.Host || old.Server.Port != cfg.Server.Port || old.Bootstrap.Mode != cfg.Bootstrap.Mode {
-		s.log.Warn().Msg("reload: server.host, server.port and bootstrap.mode changes need a restart; keeping the old ones")
-		cfg.Server.Host, cfg.Server.Port, cfg.Bootstrap.Mode = old.Server.Host, old.Server.Port, old.Bootstrap.Mode
+	if kept := keepStartupOnly(old, cfg); len(kept) > 0 {
+		s.log.Warn().Strs("keys", kept).Msg("reload: these keys are read at start only; they keep their running values until a restart")
 	}
 	s.cfg = cfg
 	breakerChanged := old.Breaker != cfg.Breaker
@@ -92,4 +92,39 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Boo
 	}
 	s.log.Info().Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("configuration reloaded")
 	return removed, moved, nil
+}
+
+// keepStartupOnly puts back into next the running values of the keys that
+// are read once, when pdlb starts (listeners and their limits, logging,
+// the embedded registry's rules, the poller), and returns the keys that
+// differed: a reload must neither pretend to apply them nor report them
+// in force.
+func keepStartupOnly(old, next *config.Config) []string {
+	var kept []string
+	keep := func(key string, changed bool, restore func()) {
+		if changed {
+			kept = append(kept, key)
+			restore()
+		}
+	}
+	o, n := &old.Server, &next.Server
+	keep("server.host", o.Host != n.Host, func() { n.Host = o.Host })
+	keep("server.port", o.Port != n.Port, func() { n.Port = o.Port })
+	keep("server.read_timeout", o.ReadTimeout != n.ReadTimeout, func() { n.ReadTimeout = o.ReadTimeout })
+	keep("server.write_timeout", o.WriteTimeout != n.WriteTimeout, func() { n.WriteTimeout = o.WriteTimeout })
+	keep("server.idle_timeout", o.IdleTimeout != n.IdleTimeout, func() { n.IdleTimeout = o.IdleTimeout })
+	keep("server.max_header_bytes", o.MaxHeaderBytes != n.MaxHeaderBytes, func() { n.MaxHeaderBytes = o.MaxHeaderBytes })
+	keep("limits.max_body_bytes", old.Limits.MaxBodyBytes != next.Limits.MaxBodyBytes, func() { next.Limits.MaxBodyBytes = old.Limits.MaxBodyBytes })
+	keep("log", old.Log != next.Log, func() { next.Log = old.Log })
+	keep("admin", old.Admin != next.Admin, func() { next.Admin = old.Admin })
+	keep("metrics.enabled", old.Metrics != next.Metrics, func() { next.Metrics = old.Metrics })
+	ob, nb := &old.Bootstrap, &next.Bootstrap
+	keep("bootstrap.mode", ob.Mode != nb.Mode, func() { nb.Mode = ob.Mode })
+	keep("bootstrap.listen_host", ob.ListenHost != nb.ListenHost, func() { nb.ListenHost = ob.ListenHost })
+	keep("bootstrap.auth_token", ob.AuthToken != nb.AuthToken, func() { nb.AuthToken = ob.AuthToken })
+	keep("bootstrap.allowed_sources", !slices.Equal(ob.AllowedSources, nb.AllowedSources), func() { nb.AllowedSources = ob.AllowedSources })
+	keep("bootstrap.extended_sentinel", ob.ExtendedSentinel != nb.ExtendedSentinel, func() { nb.ExtendedSentinel = ob.ExtendedSentinel })
+	keep("bootstrap.dp_rank_ttl", ob.DPRankTTL != nb.DPRankTTL, func() { nb.DPRankTTL = ob.DPRankTTL })
+	keep("bootstrap.poll_interval", ob.PollInterval != nb.PollInterval, func() { nb.PollInterval = ob.PollInterval })
+	return kept
 }
