@@ -292,11 +292,11 @@ var families = map[string]family{
 	// Breaker and health-check hooks (Metrics.BreakerChange, HealthCheck).
 	"pdlb_breaker_transitions_total": {typeCounter, "Circuit breaker state changes, by backend and from/to state."},
 	"pdlb_health_checks_total":       {typeCounter, "Active health-check results, by backend and result (ok or fail)."},
-	// Bootstrap registry (registry.go: registryWiring.observe, writeMetrics).
+	// Bootstrap registry (cmd/pdlb/service/registry.go: observe, writeMetrics).
 	"pdlb_registry_ranks_registered": {typeGauge, "Prefill ranks registered in the prefill's bootstrap namespace."},
 	"pdlb_registry_ranks_expected":   {typeGauge, "Prefill ranks the prefill's bootstrap namespace expects; 0 until the first rank tells the topology."},
-	"pdlb_bootstrap_requests_total":  {typeCounter, "Requests answered by the embedded bootstrap registry, by path and HTTP status."},
-	// Admission control (service.go: NewService; generate.go).
+	"pdlb_bootstrap_requests_total":  {typeCounter, "Requests answered by the embedded bootstrap registry, by route (\"other\" for unknown paths) and HTTP status."},
+	// Admission control (Metrics.observeAdmission; request.go: admit).
 	"pdlb_admission_in_flight":     {typeGauge, "Requests admitted by admission control and not yet finished."},
 	"pdlb_admission_queued":        {typeGauge, "Requests waiting in the admission queue."},
 	"pdlb_admission_refused_total": {typeCounter, "Requests refused by admission control, by HTTP status (429 queue full, 503 queue timeout)."},
