@@ -100,8 +100,8 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 	seenLines, seenCount = seenLines+1, metricSum(t, l, `pdlb_requests_total{route="/generate"`)
 	time.Sleep(100 * time.Millisecond) // past the client watch's delay
 	conn.Close()
-	close(held)
 	check("stream client gone", statusClientGone)
+	close(held) // only now: a decode answering earlier would end the request otherwise
 
 	// No backend at all for the prefill.
 	l.pool.Backends(proxy.Prefill)[0].SetHealthy(false)
