@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +41,8 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 	}
 	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	d := proxytest.NewEngine(t, decode)
+	release := sync.OnceFunc(func() { close(held) })
+	t.Cleanup(release) // before the engine's own cleanup, which waits for its handlers
 	logs := &proxytest.SyncBuffer{}
 	l := startLBWithLog(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, zerolog.New(logs), func(c *config.Config) {
 		c.Limits.MaxConcurrentRequests, c.Limits.QueueSize, c.Limits.QueueTimeout = 1, 0, time.Second
@@ -101,7 +104,7 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // past the client watch's delay
 	conn.Close()
 	check("stream client gone", statusClientGone)
-	close(held) // only now: a decode answering earlier would end the request otherwise
+	release() // only now: a decode answering earlier would end the request otherwise
 
 	// No backend at all for the prefill.
 	l.pool.Backends(proxy.Prefill)[0].SetHealthy(false)
