@@ -39,8 +39,12 @@ func NewBreaker(name string, c config.Breaker, log zerolog.Logger, onChange func
 			if c.ConsecutiveFailures > 0 && n.ConsecutiveFailures >= c.ConsecutiveFailures {
 				return true
 			}
-			return c.FailureRatio > 0 && n.Requests >= c.MinRequests && n.Requests > 0 &&
-				float64(n.TotalFailures)/float64(n.Requests) >= c.FailureRatio
+			// Legs pdlb cut itself are excluded outcomes, but gobreaker
+			// still counts them in Requests: they are no request of the
+			// backend's, neither towards min_requests nor in the ratio.
+			counted := n.Requests - min(n.TotalExclusions, n.Requests)
+			return c.FailureRatio > 0 && counted >= c.MinRequests && counted > 0 &&
+				float64(n.TotalFailures)/float64(counted) >= c.FailureRatio
 		},
 		IsExcluded: func(err error) bool { return errors.Is(err, errExcluded) },
 		OnStateChange: func(name string, from, to gobreaker.State) {

@@ -74,7 +74,9 @@ func TestBreakerTripsAfterConsecutiveFailures(t *testing.T) {
 }
 
 // TestBreakerRatioRule: with the consecutive rule off, the breaker trips
-// once failures reach failure_ratio of at least min_requests outcomes.
+// once failures reach failure_ratio of at least min_requests counted
+// outcomes. Outcomes pdlb caused itself (a leg it cut) are no outcome of
+// the backend's: they neither make up min_requests nor dilute the ratio.
 func TestBreakerRatioRule(t *testing.T) {
 	cfg := config.Breaker{FailureRatio: 0.5, MinRequests: 4, Window: time.Minute, OpenTimeout: time.Minute, HalfOpenMaxRequests: 1}
 	for _, tc := range []struct {
@@ -87,6 +89,8 @@ func TestBreakerRatioRule(t *testing.T) {
 		{"interleaved", "sfsf", gobreaker.StateOpen},
 		{"under the ratio", "sssf", gobreaker.StateClosed},
 		{"under the ratio past min_requests", "sssff", gobreaker.StateClosed},
+		{"cancellations do not make up min_requests", "xxff", gobreaker.StateClosed},
+		{"cancellations do not dilute the ratio", "xxxxsfsf", gobreaker.StateOpen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			br := NewBreaker("d", cfg, zerolog.New(io.Discard), nil)
