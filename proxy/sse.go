@@ -18,6 +18,8 @@ type sseReader struct {
 	// scanned is how far past start the buffer holds no boundary.
 	scanned int
 	max     int
+	// err is a read error that came with bytes, held until they are split.
+	err error
 }
 
 // errEventTooLarge guards memory against an engine that never ends an event.
@@ -32,7 +34,7 @@ const (
 
 func (s *sseReader) reset(r io.Reader) {
 	s.r = r
-	s.start, s.end, s.scanned = 0, 0, 0
+	s.start, s.end, s.scanned, s.err = 0, 0, 0, nil
 	if s.buf == nil {
 		s.buf = make([]byte, sseInitialBuf)
 	}
@@ -75,8 +77,18 @@ func (s *sseReader) next() ([]byte, error) {
 			copy(grown, s.buf[:s.end])
 			s.buf = grown
 		}
-		n, err := s.r.Read(s.buf[s.end:])
+		n, err := 0, s.err
+		if err == nil {
+			n, err = s.r.Read(s.buf[s.end:])
+		}
 		s.end += n
+		if err != nil && n > 0 {
+			// A reader may return the last bytes with the error (a
+			// Content-Length body's last read brings io.EOF): they may
+			// hold whole events, which come first.
+			s.err = err
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				tail := bytes.TrimSpace(s.buf[s.start:s.end])

@@ -92,6 +92,8 @@ func TestRelayCleanEnds(t *testing.T) {
 			[]string{"data: a\n\n", "data: b\n\n"}, true},
 		{"unterminated last event", sseHead + chunk("data: a\n\ndata: b") + lastChunk,
 			[]string{"data: a\n\n", "data: b\n\n"}, true},
+		{"Content-Length body", sseFixed("data: a\n\ndata: b\n\ndata: [DONE]\n\n"),
+			[]string{"data: a\n\n", "data: b\n\n", "data: [DONE]\n\n"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pr, de, ans := streamFrom(t, func(c net.Conn, br *bufio.Reader) {
@@ -260,7 +262,9 @@ func TestStreamCloseWithoutRelay(t *testing.T) {
 
 // TestRelayMergesThePrefillLogprobs: with logprobs merged, every decode
 // event carries the prefill's input_token_logprobs in front of its own;
-// [DONE] and events without logprobs pass unchanged.
+// [DONE] and events without logprobs pass unchanged. The prefill's stream
+// may come chunked or with a Content-Length (whose last read brings the
+// body's end with the bytes).
 func TestRelayMergesThePrefillLogprobs(t *testing.T) {
 	const prefillEvents = "data: {\"meta_info\":{\"input_token_logprobs\":[[null,1,null]]}}\n\ndata: [DONE]\n\n"
 	for _, tc := range []struct {
@@ -268,6 +272,7 @@ func TestRelayMergesThePrefillLogprobs(t *testing.T) {
 		prefill string
 	}{
 		{"chunked prefill stream", sseHead + chunk(prefillEvents) + lastChunk},
+		{"Content-Length prefill stream", sseFixed(prefillEvents)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pe := proxytest.ConnEngine(t, func(c net.Conn, br *bufio.Reader, _ []byte) {
