@@ -243,23 +243,6 @@ func TestRelayClientGone(t *testing.T) {
 	}
 }
 
-// TestStreamCloseWithoutRelay: a committed stream the caller drops closes
-// the decode's connection and settles its ticket.
-func TestStreamCloseWithoutRelay(t *testing.T) {
-	pr, de, ans := streamFrom(t, func(c net.Conn, br *bufio.Reader) {
-		c.Write([]byte(sseHead + chunk("data: a\n\n")))
-		io.Copy(io.Discard, br)
-	})
-	ans.Stream.Close()
-	if !de.WaitClosed(time.Second) {
-		t.Fatal("the decode's connection was left open")
-	}
-	pr.settled(t)
-	if d := outcomesOf(pr.d); d != (outcomes{excluded: 1}) {
-		t.Errorf("decode breaker told %+v", d)
-	}
-}
-
 // TestRelayMergesThePrefillLogprobs: with logprobs merged, every decode
 // event carries the prefill's input_token_logprobs in front of its own;
 // [DONE] and events without logprobs pass unchanged. The prefill's stream
