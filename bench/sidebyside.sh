@@ -12,10 +12,11 @@
 # the machine's drift hits all of them alike.
 #
 # Environment: OLD (required), NEW (default: the working tree), ROUNDS=5,
-# DURATION=8s, CONCURRENCY=64, STREAMS=0 (N > 0 adds a stream round: N
-# concurrent streams of 64 tokens, 10 ms apart), OUT=bench/out/sidebyside,
+# DURATION=8s, CONCURRENCY=64, NONSTREAM=1 (0 skips the non-stream
+# comparison), STREAMS=0 (N > 0 adds a stream comparison: N concurrent
+# streams of 64 tokens, 10 ms apart), OUT=bench/out/sidebyside,
 # ports OLD_PORT=31300 NEW_PORT=31301 FLOOR_PORT=31302 PREFILL_PORT=31310
-# DECODE_PORT=31311 SDECODE_PORT=31312.
+# DECODE_PORT=31311 SDECODE_PORT=31312 SOLD_PORT=31320 SNEW_PORT=31321.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,6 +28,7 @@ STREAMS=${STREAMS:-0}
 OUT=${OUT:-$ROOT/bench/out/sidebyside}
 OLD_PORT=${OLD_PORT:-31300} NEW_PORT=${NEW_PORT:-31301} FLOOR_PORT=${FLOOR_PORT:-31302}
 PREFILL_PORT=${PREFILL_PORT:-31310} DECODE_PORT=${DECODE_PORT:-31311} SDECODE_PORT=${SDECODE_PORT:-31312}
+SOLD_PORT=${SOLD_PORT:-31320} SNEW_PORT=${SNEW_PORT:-31321}
 mkdir -p "$OUT"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
@@ -78,20 +80,22 @@ start floor "$OUT/pdlb-floor" -listen "127.0.0.1:$FLOOR_PORT" -prefill "http://1
 wait_port "$OLD_PORT"; wait_port "$NEW_PORT"; wait_port "$FLOOR_PORT"
 sleep 0.5
 
+if [ "${NONSTREAM:-1}" != 0 ]; then
 cmd="pdlb bench --targets OLD,NEW,FLOOR --pid-of-target <pids> --room --concurrency $CONCURRENCY --duration $DURATION --rounds $ROUNDS --input-len 128 --output-len 16"
 echo "$cmd"
 "$OUT/pdlb-new" bench --quiet --targets "http://127.0.0.1:$OLD_PORT,http://127.0.0.1:$NEW_PORT,http://127.0.0.1:$FLOOR_PORT" \
   --pid-of-target "$old_pid,$new_pid,$floor_pid" --room --concurrency "$CONCURRENCY" --duration "$DURATION" \
   --rounds "$ROUNDS" --input-len 128 --output-len 16 --out "$OUT/nonstream.json" | tee "$OUT/nonstream.txt"
+fi
 
 if [ "$STREAMS" -gt 0 ]; then
   start smock_decode "$OUT/pdlb-new" mock --role decode --port "$SDECODE_PORT" --token-delay 10ms --lookup=false --log-level warn
   wait_port "$SDECODE_PORT"
-  start sold serve "$OUT/pdlb-old" "$((OLD_PORT + 10))" "$SDECODE_PORT"
-  start snew serve "$OUT/pdlb-new" "$((NEW_PORT + 10))" "$SDECODE_PORT"
-  wait_port "$((OLD_PORT + 10))"; wait_port "$((NEW_PORT + 10))"
+  start sold serve "$OUT/pdlb-old" "$SOLD_PORT" "$SDECODE_PORT"
+  start snew serve "$OUT/pdlb-new" "$SNEW_PORT" "$SDECODE_PORT"
+  wait_port "$SOLD_PORT"; wait_port "$SNEW_PORT"
   echo "pdlb bench --targets OLD,NEW --pid-of-target <pids> --stream --concurrency $STREAMS --requests $STREAMS --rounds $ROUNDS --input-len 16 --output-len 64"
-  "$OUT/pdlb-new" bench --quiet --targets "http://127.0.0.1:$((OLD_PORT + 10)),http://127.0.0.1:$((NEW_PORT + 10))" \
+  "$OUT/pdlb-new" bench --quiet --targets "http://127.0.0.1:$SOLD_PORT,http://127.0.0.1:$SNEW_PORT" \
     --pid-of-target "$sold_pid,$snew_pid" --stream --concurrency "$STREAMS" --requests "$STREAMS" --rounds "$ROUNDS" \
     --input-len 16 --output-len 64 --timeout 120s --out "$OUT/stream.json" | tee "$OUT/stream.txt"
 fi
