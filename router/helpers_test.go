@@ -2,9 +2,7 @@ package router
 
 import (
 	"context"
-	"io"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -26,23 +24,9 @@ type lb struct {
 
 type lbOption func(*config.Config)
 
-func testConfig() config.Config {
-	c := config.Config{}
-	c.Server = config.Server{Host: "127.0.0.1", Port: 0, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second, MaxHeaderBytes: 8192}
-	c.Timeouts = config.Timeouts{Connect: time.Second, PrefillFirstByte: 5 * time.Second, DecodeFirstByte: 5 * time.Second, DecodeIdle: 5 * time.Second, Request: 10 * time.Second}
-	c.Limits = config.Limits{MaxBodyBytes: 1 << 20, MaxBatchSize: config.Default().Limits.MaxBatchSize}
-	c.Retry = config.Retry{MaxAttempts: 1, Initial: time.Millisecond, Max: 10 * time.Millisecond}
-	c.Bootstrap.Mode = "off"
-	c.Metrics.Enabled = true
-	return c
-}
+func testConfig() config.Config { return proxytest.Config() }
 
-func testLog(t *testing.T) zerolog.Logger {
-	if testing.Verbose() {
-		return zerolog.New(zerolog.NewTestWriter(t))
-	}
-	return zerolog.New(io.Discard)
-}
+func testLog(t *testing.T) zerolog.Logger { return proxytest.Log(t) }
 
 func startLB(t *testing.T, prefills, decodes []*proxytest.Engine, opts ...lbOption) *lb {
 	t.Helper()

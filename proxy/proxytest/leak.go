@@ -1,6 +1,13 @@
 package proxytest
 
-import "go.uber.org/goleak"
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
 
 // IgnoredGoroutines is what every package's goroutine-leak check ignores
 // (one list for the whole suite): the goroutines that outlive a clean
@@ -19,4 +26,21 @@ func IgnoredGoroutines() []goleak.Option {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 		goleak.IgnoreAnyFunction("pdlb/proxy.(*watchHub).loop"),
 	}
+}
+
+// RunWithLeakCheck is a package's TestMain: it runs the tests and then
+// fails the package when one left a goroutine behind (every test shuts down
+// what it started, so a survivor is a leak in pdlb). The net/http default
+// client's idle keep-alive connections are the tests' own and are closed
+// first.
+func RunWithLeakCheck(m *testing.M) {
+	code := m.Run()
+	http.DefaultClient.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(IgnoredGoroutines()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
