@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 func TestGenerateWithoutRoomIs400(t *testing.T) {
@@ -206,5 +208,22 @@ func TestBadRequests(t *testing.T) {
 	status, b, _ = do(t, "GET", url+"/nope", "")
 	if status != 404 || string(b) != `{"detail":"Not Found"}` {
 		t.Errorf("unknown path: status %d body %s", status, b)
+	}
+}
+
+// TestStreamReadLikePydantic: the mock reads "stream" as SGLang's request
+// models do, so that a body pdlb reads as a stream ("yes", 1) is one for
+// the mock too.
+func TestStreamReadLikePydantic(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"text":"a","stream":true}`: true, `{"text":"a","stream":"yes"}`: true, `{"text":"a","stream":"On"}`: true,
+		`{"text":"a","stream":1}`: true, `{"text":"a","stream":1.0}`: true, `{"text":"a","stream":false}`: false,
+		`{"text":"a","stream":"no"}`: false, `{"text":"a","stream":0}`: false, `{"text":"a"}`: false,
+	} {
+		e := New(Options{Role: RoleDecode}, zerolog.Nop())
+		r, err := e.parseGenerate([]byte(body))
+		if err != nil || r.Stream != want {
+			t.Errorf("%s: stream=%v (%v), want %v", body, r.Stream, err, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package mock
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -86,7 +87,7 @@ func (e *Engine) parseGenerate(body []byte) (*Request, error) {
 	if len(r.prompts) == 0 {
 		r.prompts = append(r.prompts, nil)
 	}
-	r.Stream = root.Get("stream").Bool()
+	r.Stream = pydanticBool(root.Get("stream"))
 	r.ReturnLogprob = root.Get("return_logprob").Bool()
 	r.MaxTokens = e.maxTokens(root.Get("sampling_params.max_new_tokens"))
 	r.Rid = firstString(root.Get("rid"))
@@ -152,7 +153,7 @@ func (e *Engine) parseOpenAI(path string, body []byte) (*Request, error) {
 		r.n = int(min(n.Int(), 128))
 	}
 	r.Items = len(r.prompts) * r.n
-	r.Stream = root.Get("stream").Bool()
+	r.Stream = pydanticBool(root.Get("stream"))
 	r.includeUsage = root.Get("stream_options.include_usage").Bool()
 	r.ReturnLogprob = root.Get("logprobs").Bool()
 	r.model = root.Get("model").String()
@@ -217,6 +218,25 @@ func (e *Engine) maxTokens(v gjson.Result) int {
 }
 
 // optInt reads an optional integer; anything but a number is "absent".
+// pydanticBool reads a boolean field as SGLang's request models do
+// (pydantic in lax mode): true, 1 and 1.0, and the strings "1", "t", "y",
+// "on", "yes", "true" in any case, are true; anything else reads as false
+// here (pydantic refuses what is neither, which pdlb refuses before).
+func pydanticBool(v gjson.Result) bool {
+	switch v.Type {
+	case gjson.True:
+		return true
+	case gjson.Number:
+		return v.Float() == 1
+	case gjson.String:
+		switch strings.ToLower(v.Str) {
+		case "1", "t", "y", "on", "yes", "true":
+			return true
+		}
+	}
+	return false
+}
+
 func optInt(v gjson.Result) *int {
 	if v.Type != gjson.Number {
 		return nil
