@@ -51,8 +51,9 @@ func (s sourceList) allows(peer netip.Addr) bool {
 // and which is not loopback.
 func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	a, ok := netip.AddrFromSlice(ctx.RemoteIP())
-	if !ok || a.IsUnspecified() {
+	// fasthttp reports a peer without an IP as ::ffff:0.0.0.0: unmap first.
+	if a = a.Unmap(); !ok || a.IsUnspecified() {
 		return netip.Addr{}
 	}
-	return a.Unmap()
+	return a
 }

@@ -69,7 +69,7 @@ func (s *sseReader) next() ([]byte, error) {
 			s.end -= s.start
 			s.start = 0
 		}
-		if s.end == len(s.buf) {
+		if s.end == len(s.buf) && s.err == nil {
 			if len(s.buf) >= s.max {
 				return nil, errEventTooLarge
 			}

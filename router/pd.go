@@ -133,6 +133,9 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 	}
 	bs := p.Bootstrap()
 	in := injection{host: bs.Host, port: bs.Port, batch: req.batch > 0}
+	if in.host == "" { // a prefill whose rendezvous was never set: its own host
+		in.host = p.Host
+	}
 	var one [1]uint64
 	if in.batch {
 		in.rooms = make([]uint64, req.batch)

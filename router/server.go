@@ -21,7 +21,7 @@ func (r *Router) newServer() *fasthttp.Server {
 		WriteTimeout:   cfg.Server.WriteTimeout,
 		IdleTimeout:    cfg.Server.IdleTimeout,
 		ReadBufferSize: cfg.Server.MaxHeaderBytes,
-		// Stream relays outlive their hijack handler (see servePD).
+		// Stream relays outlive their hijack handler (see serveStreamAsync).
 		KeepHijackedConns: true,
 		// Idle workers keep the stacks they grew; a burst of streams leaves
 		// thousands of them, so they go after 2 s instead of 10.

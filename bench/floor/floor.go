@@ -93,6 +93,7 @@ func client(base string) (*fasthttp.HostClient, string) {
 	return &fasthttp.HostClient{
 		Addr:                      addr,
 		IsTLS:                     u.Scheme == "https",
+		DialDualStack:             true,
 		MaxConns:                  16384,
 		MaxIdemponentCallAttempts: 1,
 		NoDefaultUserAgentHeader:  true,

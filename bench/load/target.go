@@ -40,6 +40,8 @@ func newTarget(base, route string, opts Options) (*target, error) {
 			Addr:  addr,
 			Name:  "pdlb-bench",
 			IsTLS: u.Scheme == "https",
+			// A target at an IPv6 address ([::1]:8000) or an IPv6-only name.
+			DialDualStack: true,
 			// Open loop drops arrivals itself at the cap; closed loop never exceeds it.
 			// The margin covers connections still closing after a timeout.
 			MaxConns:                      opts.Concurrency + opts.Concurrency/4 + 8,

@@ -219,6 +219,7 @@ func TestStreamReadLikePydantic(t *testing.T) {
 		`{"text":"a","stream":true}`: true, `{"text":"a","stream":"yes"}`: true, `{"text":"a","stream":"On"}`: true,
 		`{"text":"a","stream":1}`: true, `{"text":"a","stream":1.0}`: true, `{"text":"a","stream":false}`: false,
 		`{"text":"a","stream":"no"}`: false, `{"text":"a","stream":0}`: false, `{"text":"a"}`: false,
+		`{"text":"a","stream":false,"stream":true}`: true, `{"text":"a","stream":true,"stream":false}`: false,
 	} {
 		e := New(Options{Role: RoleDecode}, zerolog.Nop())
 		r, err := e.parseGenerate([]byte(body))

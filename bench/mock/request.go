@@ -87,8 +87,8 @@ func (e *Engine) parseGenerate(body []byte) (*Request, error) {
 	if len(r.prompts) == 0 {
 		r.prompts = append(r.prompts, nil)
 	}
-	r.Stream = pydanticBool(root.Get("stream"))
-	r.ReturnLogprob = root.Get("return_logprob").Bool()
+	r.Stream = pydanticBool(lastMember(root, "stream"))
+	r.ReturnLogprob = pydanticBool(lastMember(root, "return_logprob"))
 	r.MaxTokens = e.maxTokens(root.Get("sampling_params.max_new_tokens"))
 	r.Rid = firstString(root.Get("rid"))
 	e.readBootstrap(r, root)
@@ -153,7 +153,7 @@ func (e *Engine) parseOpenAI(path string, body []byte) (*Request, error) {
 		r.n = int(min(n.Int(), 128))
 	}
 	r.Items = len(r.prompts) * r.n
-	r.Stream = pydanticBool(root.Get("stream"))
+	r.Stream = pydanticBool(lastMember(root, "stream"))
 	r.includeUsage = root.Get("stream_options.include_usage").Bool()
 	r.ReturnLogprob = root.Get("logprobs").Bool()
 	r.model = root.Get("model").String()
@@ -218,11 +218,31 @@ func (e *Engine) maxTokens(v gjson.Result) int {
 }
 
 // optInt reads an optional integer; anything but a number is "absent".
+// lastMember is the last member named key of a JSON object: Python's json,
+// which SGLang reads bodies with, keeps the last of duplicate keys (gjson's
+// Get returns the first).
+func lastMember(obj gjson.Result, key string) gjson.Result {
+	var last gjson.Result
+	obj.ForEach(func(k, v gjson.Result) bool {
+		if k.Str == key {
+			last = v
+		}
+		return true
+	})
+	return last
+}
+
 // pydanticBool reads a boolean field as SGLang's request models do
 // (pydantic in lax mode): true, 1 and 1.0, and the strings "1", "t", "y",
-// "on", "yes", "true" in any case, are true; anything else reads as false
-// here (pydantic refuses what is neither, which pdlb refuses before).
+// "on", "yes", "true" in any case, are true; a list (return_logprob per
+// item) is true when any item is; anything else reads as false here
+// (pydantic refuses what is neither, which pdlb refuses before).
 func pydanticBool(v gjson.Result) bool {
+	if v.IsArray() {
+		anyTrue := false
+		v.ForEach(func(_, item gjson.Result) bool { anyTrue = pydanticBool(item); return !anyTrue })
+		return anyTrue
+	}
 	switch v.Type {
 	case gjson.True:
 		return true

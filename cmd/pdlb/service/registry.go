@@ -96,10 +96,13 @@ func (w *registryWiring) attach(b *proxy.Backend) error {
 		return nil
 	}
 	srv := w.registry.NewServer(port)
-	w.servers[port] = srv
 	if w.started {
-		return w.listen(port, srv)
+		if err := w.listen(port, srv); err != nil {
+			w.registry.RemoveNamespace(port) // nothing may answer for a port nobody serves
+			return err
+		}
 	}
+	w.servers[port] = srv
 	return nil
 }
 

@@ -27,30 +27,50 @@ func (s *Service) Apply(cfg *config.Config) error {
 
 // applyLocked applies cfg under s.mu and returns the backends to drain and
 // the rendezvous that prefills moved away from (a changed bootstrap_port).
-func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Bootstrap, error) {
+// It applies all of cfg or nothing: when a step fails (a new registry port
+// cannot be bound), what the reload changed so far is undone and the
+// running configuration stays in force, as the caller's log line says.
+func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, moved []proxy.Bootstrap, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.cfg
 	if kept := keepStartupOnly(old, cfg); len(kept) > 0 {
 		s.log.Warn().Strs("keys", kept).Msg("reload: these keys are read at start only; they keep their running values until a restart")
 	}
-	s.cfg = cfg
+	s.cfg = cfg // the backends built below read it
+	var undo []func()
+	defer func() {
+		if err == nil {
+			return
+		}
+		s.cfg = old
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		removed, moved = nil, nil
+	}()
 	breakerChanged := old.Breaker != cfg.Breaker
 	want := map[*proxy.Backend]bool{}
-	var moved []proxy.Bootstrap
 	apply := func(url string, role proxy.Role, port *int) error {
 		if b := s.Pool.Find(url); b != nil && b.Role == role {
 			want[b] = true
 			if role == proxy.Prefill {
-				old := b.Bootstrap()
+				prev := b.Bootstrap()
 				if s.setBootstrap(b, port) {
-					moved = append(moved, old)
+					undo = append(undo, func() {
+						next := b.Bootstrap()
+						s.setBootstrap(b, prev.Port) // s.cfg is the old config again
+						s.reg.retire(next, s.Pool)
+					})
 					if err := s.reg.attach(b); err != nil {
 						return err
 					}
+					moved = append(moved, prev)
 				}
 			}
 			if breakerChanged {
+				prev := b.Breaker()
+				undo = append(undo, func() { b.SetBreaker(prev) })
 				s.setBreaker(b)
 			}
 			return nil
@@ -60,21 +80,27 @@ func (s *Service) applyLocked(cfg *config.Config) ([]*proxy.Backend, []proxy.Boo
 			return err
 		}
 		s.Pool.Add(b)
+		undo = append(undo, func() {
+			s.Pool.Remove(b)
+			b.Close()
+			if b.Role == proxy.Prefill {
+				s.reg.retire(b.Bootstrap(), s.Pool)
+			}
+		})
 		want[b] = true
 		s.log.Info().Str("role", role.String()).Str("url", b.URL).Msg("reload: backend added")
 		return nil
 	}
 	for _, p := range cfg.Prefill {
 		if err := apply(p.URL, proxy.Prefill, p.BootstrapPort); err != nil {
-			return nil, moved, err
+			return nil, nil, err
 		}
 	}
 	for _, d := range cfg.Decode {
 		if err := apply(d.URL, proxy.Decode, nil); err != nil {
-			return nil, moved, err
+			return nil, nil, err
 		}
 	}
-	var removed []*proxy.Backend
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
 			if !want[b] {

@@ -153,11 +153,13 @@ func (s *Service) Addr() string { return s.ln.Addr().String() }
 // requests and streams finish until ctx ends; then the admin API, the
 // registry and the backends' connections close.
 func (s *Service) Shutdown(ctx context.Context) error {
+	// The router first: readiness turns 503 and the listener closes at once,
+	// not after a health-check round in progress (up to health.timeout).
+	err := s.Router.Shutdown(ctx)
 	s.mu.Lock()
 	health := s.health
 	s.mu.Unlock()
 	health.Stop()
-	err := s.Router.Shutdown(ctx)
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
 	}
