@@ -20,6 +20,7 @@ type Config struct {
 	Health    Health    `koanf:"health"`
 	Admin     Admin     `koanf:"admin"`
 	Metrics   Metrics   `koanf:"metrics"`
+	Policy    Policy    `koanf:"policy"`
 }
 
 // Server is the client-facing listener.
@@ -195,4 +196,13 @@ type Admin struct {
 type Metrics struct {
 	// Enabled serves /metrics on the serving port. Default true.
 	Enabled bool `koanf:"enabled"`
+}
+
+// Policy chooses the prefill and the decode of each request.
+type Policy struct {
+	// Prefill is the prefill policy: random, round_robin or power_of_two. Default "random".
+	Prefill string `koanf:"prefill"`
+	// Decode is the decode policy, from the same list; it sees the prefill
+	// chosen for the request. Default "random".
+	Decode string `koanf:"decode"`
 }

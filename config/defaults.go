@@ -67,5 +67,6 @@ func Default() Config {
 		},
 		Admin:   Admin{Host: "127.0.0.1", Port: 8001},
 		Metrics: Metrics{Enabled: true},
+		Policy:  Policy{Prefill: "random", Decode: "random"},
 	}
 }

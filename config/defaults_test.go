@@ -29,6 +29,8 @@ func TestDefault(t *testing.T) {
 		{"retry.initial", d.Retry.Initial, 50 * time.Millisecond},
 		{"admin.port", d.Admin.Port, 8001},
 		{"metrics.enabled", d.Metrics.Enabled, true},
+		{"policy.prefill", d.Policy.Prefill, "random"},
+		{"policy.decode", d.Policy.Decode, "random"},
 		{"prefill", len(d.Prefill), 0},
 		{"decode", len(d.Decode), 0},
 	}

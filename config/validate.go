@@ -27,6 +27,7 @@ func (c *Config) Validate() error {
 		c.checkRetry,
 		c.checkHealth,
 		c.checkAdmin,
+		c.checkPolicy,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -224,4 +225,14 @@ func (c *Config) checkHealth() *Error {
 		return errorf("health.timeout", "must be positive while health checks are on")
 	}
 	return nil
+}
+
+// Policies are the selection policies a role may use (router/policy).
+var Policies = []string{"random", "round_robin", "power_of_two"}
+
+func (c *Config) checkPolicy() *Error {
+	if err := oneOf("policy.prefill", c.Policy.Prefill, Policies...); err != nil {
+		return err
+	}
+	return oneOf("policy.decode", c.Policy.Decode, Policies...)
 }

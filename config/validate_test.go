@@ -65,6 +65,8 @@ func TestValidate(t *testing.T) {
 		{"negative duration", func(c *Config) { c.Timeouts.DecodeIdle = -time.Second }, "timeouts.decode_idle", "-1s must not be negative"},
 		{"negative limit", func(c *Config) { c.Limits.QueueSize = -1 }, "limits.queue_size", "must not be negative"},
 		{"negative nested duration", func(c *Config) { c.Bootstrap.InfoWait = -1 }, "bootstrap.info_wait", "negative"},
+		{"policy unknown", func(c *Config) { c.Policy.Prefill = "least_loaded" }, "policy.prefill", `"least_loaded" is not one of random, round_robin, power_of_two`},
+		{"decode policy unknown", func(c *Config) { c.Policy.Decode = "" }, "policy.decode", "is not one of"},
 		{"breaker open timeout zero", func(c *Config) { c.Breaker.OpenTimeout = 0 }, "breaker.open_timeout", "positive"},
 		{"health timeout zero", func(c *Config) { c.Health.Timeout = 0 }, "health.timeout", "positive"},
 		{"dp rank ttl zero", func(c *Config) { c.Bootstrap.DPRankTTL = 0 }, "bootstrap.dp_rank_ttl", "positive"},

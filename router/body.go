@@ -42,6 +42,10 @@ type pdRequest struct {
 	// rewrites them per leg).
 	rankSpans  [maxDrops]span
 	nrankSpans int
+	// prompt is the span of the prompt's JSON value, for the selection
+	// policies (policy.Request.Prompt): the last text, else input_ids, of
+	// /generate; the last messages, else prompt, of the OpenAI routes.
+	prompt span
 }
 
 type span struct{ start, end int }
@@ -73,6 +77,8 @@ const (
 // decides on ("" when absent): the one the engine reads.
 type lastMembers struct {
 	stream, returnLogprob, text, inputIDs, routedRank, prefillRank string
+	// Value spans of the prompt members (policy.Request.Prompt).
+	textSpan, inputIDsSpan, messagesSpan, promptSpan span
 }
 
 // parseRequest checks that body is a JSON object and reads its top level as
@@ -103,7 +109,7 @@ func parseRequest(body []byte, opt parseOptions) (pdRequest, error) {
 		}
 		valEnd := skipValue(s, valStart)
 		r.members++
-		if err := r.member(s[i:keyEnd], s[valStart:valEnd], span{i, valEnd}, &last); err != nil {
+		if err := r.member(s[i:keyEnd], s[valStart:valEnd], span{i, valEnd}, span{valStart, valEnd}, &last); err != nil {
 			return r, err
 		}
 		if i = skipSpace(s, valEnd); i < end && s[i] == ',' {
@@ -115,7 +121,7 @@ func parseRequest(body []byte, opt parseOptions) (pdRequest, error) {
 
 // member notes one top-level member: the bootstrap and rank members are cut
 // out by the injection; the last value of each member pdlb decides on is kept.
-func (r *pdRequest) member(rawKey, value string, sp span, last *lastMembers) error {
+func (r *pdRequest) member(rawKey, value string, sp, vs span, last *lastMembers) error {
 	var buf [24]byte
 	name, ok := unquoteShort(rawKey, buf[:])
 	if !ok {
@@ -144,9 +150,13 @@ func (r *pdRequest) member(rawKey, value string, sp span, last *lastMembers) err
 	case "return_logprob":
 		last.returnLogprob = value
 	case "text":
-		last.text = value
+		last.text, last.textSpan = value, vs
 	case "input_ids":
-		last.inputIDs = value
+		last.inputIDs, last.inputIDsSpan = value, vs
+	case "messages":
+		last.messagesSpan = vs
+	case "prompt":
+		last.promptSpan = vs
 	}
 	return nil
 }
@@ -164,6 +174,15 @@ func (r *pdRequest) decide(last *lastMembers, opt parseOptions) error {
 	if opt.generate {
 		if err := r.decideGenerate(last, opt.maxBatch); err != nil {
 			return err
+		}
+		r.prompt = last.inputIDsSpan
+		if last.text != "" && last.text != "null" {
+			r.prompt = last.textSpan
+		}
+	} else {
+		r.prompt = last.promptSpan
+		if last.messagesSpan.end > 0 {
+			r.prompt = last.messagesSpan
 		}
 	}
 	// routed_dp_rank, disagg_prefill_dp_rank: Optional[int]. pydantic also

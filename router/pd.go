@@ -118,7 +118,7 @@ func (q *request) failUpstream(last *proxy.UpstreamError, all503 bool) {
 // contacted (no pair available, a bad DP rank).
 func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.UpstreamError, refusal) {
 	r, req := q.r, &q.parsed
-	pt, dt, msg := r.pickPair(req, exclude)
+	pt, dt, msg := r.pickPair(q, exclude)
 	if msg != "" {
 		return nil, nil, refusal{fasthttp.StatusServiceUnavailable, msg}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"pdlb"
 	"pdlb/proxy"
+	"pdlb/router/policy"
 )
 
 // request is one fan-out request from arrival to its one log line. The
@@ -41,12 +42,13 @@ type request struct {
 	release func() // the admission slot; nil until admitted
 
 	// What the log line says.
-	prefill, decode string
-	room            uint64
-	attempts        int
-	status          int
-	bytes, events   int
-	err             error
+	prefill, decode             string
+	prefillReason, decodeReason policy.Reason
+	room                        uint64
+	attempts                    int
+	status                      int
+	bytes, events               int
+	err                         error
 }
 
 func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {
@@ -139,10 +141,24 @@ func (q *request) log(elapsed time.Duration) {
 	if q.events > 0 {
 		ev = ev.Int("events", q.events)
 	}
+	for _, why := range [2]policy.Reason{q.prefillReason, q.decodeReason} {
+		if why.Key != "" {
+			ev = ev.Float64(why.Key, why.Value)
+		}
+	}
 	if q.err != nil {
 		ev = ev.Err(q.err)
 	}
 	ev.Msg("request")
+}
+
+// policyRequest is what the selection policies see of the request.
+func (q *request) policyRequest() policy.Request {
+	pr := policy.Request{}
+	if sp := q.parsed.prompt; sp.end > sp.start {
+		pr.Prompt = q.body[sp.start:sp.end]
+	}
+	return pr
 }
 
 // statusClientGone is what the log and metrics record for a request whose

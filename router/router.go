@@ -24,6 +24,8 @@ type Settings struct {
 	Timeout config.Timeouts
 	// InfoWait bounds the slow path that waits for a prefill's parallel info.
 	InfoWait time.Duration
+	// Policy names the selection policies of both roles.
+	Policy config.Policy
 }
 
 // Router serves the client-facing routes; cmd/pdlb/service builds one.
@@ -31,7 +33,8 @@ type Router struct {
 	settings atomic.Pointer[liveSettings]
 	pool     *proxy.Pool
 	proxy    *proxy.Proxy
-	selector Selector
+	// policies are the prefill and decode selection policies in force.
+	policies atomic.Pointer[policies]
 	info     InfoSource
 	metrics  *Metrics
 	// admission caps requests in flight (limits.max_concurrent_requests).
@@ -53,8 +56,6 @@ type Router struct {
 type Options struct {
 	Settings Settings
 	Pool     *proxy.Pool
-	// Selector defaults to RandomSelector.
-	Selector Selector
 	// Info answers DP-rank questions about prefills; nil disables rank checks.
 	Info InfoSource
 	// Metrics records request series; nil disables them.
@@ -66,11 +67,9 @@ type Options struct {
 
 // New builds a Router, its proxy and its admission gate from o.Settings.
 func New(o Options) *Router {
-	r := &Router{pool: o.Pool, selector: o.Selector, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem()}
+	r := &Router{pool: o.Pool, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem()}
 	r.stopping, r.stop = context.WithCancel(context.Background())
-	if r.selector == nil {
-		r.selector = RandomSelector{}
-	}
+	r.policies.Store(newPolicies(o.Settings.Policy))
 	lim := o.Settings.Limits
 	r.admission = NewAdmission(lim.MaxConcurrentRequests, lim.QueueSize, lim.QueueTimeout)
 	r.proxy = proxy.New(o.Settings.Timeout, o.Log)
@@ -84,6 +83,9 @@ func New(o Options) *Router {
 // Apply puts what a reload changes into force for new requests: settings,
 // leg timeouts and admission limits. Requests in flight keep theirs.
 func (r *Router) Apply(s Settings) {
+	if s.Policy != r.cfg().Policy {
+		r.policies.Store(newPolicies(s.Policy)) // a policy's learnt state starts afresh
+	}
 	r.settings.Store(newLiveSettings(s))
 	r.proxy.SetTimeouts(s.Timeout)
 	r.admission.SetLimits(s.Limits.MaxConcurrentRequests, s.Limits.QueueSize, s.Limits.QueueTimeout)
@@ -107,7 +109,7 @@ func (r *Router) Settings() Settings { return r.cfg().Settings }
 
 // SettingsFrom picks the request path's settings out of a config.
 func SettingsFrom(cfg *config.Config) Settings {
-	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait}
+	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait, Policy: cfg.Policy}
 }
 
 // route is one entry of the route table.

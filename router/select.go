@@ -1,48 +1,42 @@
 package router
 
 import (
-	"math/rand/v2"
 	"strconv"
 
+	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/router/policy"
 )
 
-// Selector is a selection policy: it picks one backend among candidates,
-// considering only those ok accepts. It returns nil when none is acceptable.
-// Policies are small types behind this one method so that later ones
-// (least-loaded, prefix-aware) slot in without touching the request path.
-type Selector interface {
-	Select(candidates []*proxy.Backend, ok func(*proxy.Backend) bool) *proxy.Backend
+// policies are the selection policies of the two roles.
+type policies struct {
+	prefill, decode policy.Policy
 }
 
-// RandomSelector picks uniformly among acceptable backends (SGLang's mini
-// balancer does the same; it is also the least surprising default).
-type RandomSelector struct{}
-
-var _ Selector = RandomSelector{}
-
-// Select implements Selector with one pass of reservoir sampling.
-func (RandomSelector) Select(candidates []*proxy.Backend, ok func(*proxy.Backend) bool) *proxy.Backend {
-	var pick *proxy.Backend
-	n := 0
-	for _, b := range candidates {
-		if !ok(b) {
-			continue
+// newPolicies builds the configured policies. The names were validated
+// with the config, so New cannot fail here; random stands in if it does.
+func newPolicies(c config.Policy) *policies {
+	build := func(name string, role proxy.Role) policy.Policy {
+		p, err := policy.New(name, role, c)
+		if err != nil {
+			return policy.Random{}
 		}
-		n++
-		if n == 1 || rand.IntN(n) == 0 {
-			pick = b
-		}
+		return p
 	}
-	return pick
+	return &policies{prefill: build(c.Prefill, proxy.Prefill), decode: build(c.Decode, proxy.Decode)}
 }
 
-// pickPair selects a prefill and a decode for req among the available
-// backends not in exclude (those that failed earlier attempts), with their
-// breakers' admission. It returns a message when no pair is available.
-func (r *Router) pickPair(req *pdRequest, exclude []*proxy.Backend) (proxy.Ticket, proxy.Ticket, string) {
+// pickPair decides the request's prefill and decode in one step: the
+// prefill policy picks among the available prefills, then the decode
+// policy among the available decodes, knowing the prefill. Backends in
+// exclude (those that failed earlier attempts) are not picked; one whose
+// breaker refuses at admission (half-open probes used up) is passed over.
+// It returns a message when no pair is available.
+func (r *Router) pickPair(q *request, exclude []*proxy.Backend) (proxy.Ticket, proxy.Ticket, string) {
+	req := &q.parsed
+	pr := q.policyRequest()
 	ok := func(b *proxy.Backend) bool { return r.pool.Available(b) && !contains(exclude, b) }
-	pt, dt, msg := r.pickPairAmong(ok)
+	pt, dt, msg := r.pickPairAmong(q, pr, ok)
 	if msg != "" && req.rankField != "" && r.info != nil {
 		// A request that names a prefill DP rank may wait (bounded by
 		// bootstrap.info_wait, in checkRank) for a prefill still registering,
@@ -51,20 +45,19 @@ func (r *Router) pickPair(req *pdRequest, exclude []*proxy.Backend) (proxy.Ticke
 		registering := func(b *proxy.Backend) bool {
 			return b.Role == proxy.Prefill && !r.pool.RegistryReady(b) && r.pool.AvailableIgnoringRegistry(b) && !contains(exclude, b)
 		}
-		pt, dt, msg = r.pickPairAmong(func(b *proxy.Backend) bool { return ok(b) || registering(b) })
+		pt, dt, msg = r.pickPairAmong(q, pr, func(b *proxy.Backend) bool { return ok(b) || registering(b) })
 	}
 	return pt, dt, msg
 }
 
-// pickPairAmong selects a prefill and a decode whose breakers admit a
-// request. A backend whose breaker refuses at admission (half-open probes
-// used up) is skipped and another one tried.
-func (r *Router) pickPairAmong(ok func(*proxy.Backend) bool) (proxy.Ticket, proxy.Ticket, string) {
-	pt, why := r.pickOne(proxy.Prefill, ok)
+func (r *Router) pickPairAmong(q *request, pr policy.Request, ok func(*proxy.Backend) bool) (proxy.Ticket, proxy.Ticket, string) {
+	pols := r.policies.Load()
+	pt, why := r.pickOne(proxy.Prefill, pols.prefill, pr, ok, &q.prefillReason)
 	if why != "" {
 		return pt, pt, why
 	}
-	dt, why := r.pickOne(proxy.Decode, ok)
+	pr.Prefill = pt.Backend()
+	dt, why := r.pickOne(proxy.Decode, pols.decode, pr, ok, &q.decodeReason)
 	if why != "" {
 		pt.Release()
 		return pt, dt, why
@@ -72,15 +65,21 @@ func (r *Router) pickPairAmong(ok func(*proxy.Backend) bool) (proxy.Ticket, prox
 	return pt, dt, ""
 }
 
-func (r *Router) pickOne(role proxy.Role, ok func(*proxy.Backend) bool) (proxy.Ticket, string) {
+// pickOne asks pol for a backend of role and its breaker for admission,
+// until one admits or none is left; the policy learns the outcome.
+func (r *Router) pickOne(role proxy.Role, pol policy.Policy, pr policy.Request, ok func(*proxy.Backend) bool, reason *policy.Reason) (proxy.Ticket, string) {
 	all := r.pool.Backends(role)
 	var refused []*proxy.Backend
 	for {
-		b := r.selector.Select(all, func(b *proxy.Backend) bool { return ok(b) && !contains(refused, b) })
+		b, why := pol.Pick(pr, all, func(b *proxy.Backend) bool { return ok(b) && !contains(refused, b) })
 		if b == nil {
 			return proxy.Ticket{}, noBackendMessage(role, len(all))
 		}
 		if t, admitted := b.Acquire(); admitted {
+			if o, isObserver := pol.(policy.Observer); isObserver {
+				o.Chosen(pr, b)
+			}
+			*reason = why
 			return t, ""
 		}
 		refused = append(refused, b)

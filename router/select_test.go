@@ -5,8 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/proxy/proxytest"
+	"pdlb/router/policy"
 )
 
 func testBackends(t *testing.T, role proxy.Role, n int) []*proxy.Backend {
@@ -22,36 +26,6 @@ func testBackends(t *testing.T, role proxy.Role, n int) []*proxy.Backend {
 	return out
 }
 
-func TestRandomSelectorPicksOnlyAcceptableUniformly(t *testing.T) {
-	all := testBackends(t, proxy.Decode, 5)
-	ok := func(b *proxy.Backend) bool { return b == all[1] || b == all[3] }
-	counts := map[*proxy.Backend]int{}
-	const draws = 4000
-	for range draws {
-		counts[RandomSelector{}.Select(all, ok)]++
-	}
-	if len(counts) != 2 {
-		t.Fatalf("picked %d distinct backends, want only the 2 acceptable ones", len(counts))
-	}
-	for _, b := range []*proxy.Backend{all[1], all[3]} {
-		// 2,000 expected; the binomial spread is about 32, so 1,700–2,300
-		// fails only when the draw is not uniform.
-		if n := counts[b]; n < 1700 || n > 2300 {
-			t.Errorf("%s picked %d of %d times, want about half", b.URL, n, draws)
-		}
-	}
-}
-
-func TestRandomSelectorNothingAcceptable(t *testing.T) {
-	all := testBackends(t, proxy.Decode, 3)
-	if b := (RandomSelector{}).Select(all, func(*proxy.Backend) bool { return false }); b != nil {
-		t.Fatalf("picked %s with nothing acceptable", b.URL)
-	}
-	if b := (RandomSelector{}).Select(nil, func(*proxy.Backend) bool { return true }); b != nil {
-		t.Fatal("picked from no candidates")
-	}
-}
-
 // TestPickPairSkipsExcludedAndRefusingBackends: a backend that failed an
 // earlier attempt is not picked again, and one whose half-open breaker
 // has no probe left is passed over for another.
@@ -61,7 +35,7 @@ func TestPickPairSkipsExcludedAndRefusingBackends(t *testing.T) {
 	for _, b := range append(prefills, decodes...) {
 		pool.Add(b)
 	}
-	r := New(Options{Settings: SettingsFrom(&config.Config{}), Pool: pool, Log: testLog(t)})
+	r := New(Options{Settings: SettingsFrom(&config.Config{Policy: config.Default().Policy}), Pool: pool, Log: testLog(t)})
 	// decodes[0] failed before; decodes[1] holds a breaker with its only
 	// half-open probe taken.
 	br := proxy.NewBreaker("d1", config.Breaker{Enabled: true, ConsecutiveFailures: 1, OpenTimeout: time.Nanosecond, HalfOpenMaxRequests: 1}, testLog(t), nil)
@@ -75,15 +49,45 @@ func TestPickPairSkipsExcludedAndRefusingBackends(t *testing.T) {
 	}
 	defer probe.Release()
 	for range 50 {
-		pt, dt, msg := r.pickPair(&pdRequest{}, []*proxy.Backend{decodes[0]})
+		pt, dt, msg := r.pickPair(&request{r: r}, []*proxy.Backend{decodes[0]})
 		if msg != "" || dt.Backend() != decodes[2] || pt.Backend() != prefills[0] {
 			t.Fatalf("picked %v / %v (%q), want the only admissible decode", pt.Backend(), dt.Backend(), msg)
 		}
 		pt.Release()
 		dt.Release()
 	}
-	_, _, msg := r.pickPair(&pdRequest{}, []*proxy.Backend{decodes[0], decodes[2]})
+	_, _, msg := r.pickPair(&request{r: r}, []*proxy.Backend{decodes[0], decodes[2]})
 	if !strings.Contains(msg, "no decode backend available: all 3") {
 		t.Fatalf("message %q", msg)
+	}
+}
+
+// TestPoliciesFromConfig: policy.prefill and policy.decode choose the
+// policies, and the request's log line names their reasons.
+func TestPoliciesFromConfig(t *testing.T) {
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d1 := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"d":1}`))
+	d2 := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"d":2}`))
+	logs := &proxytest.SyncBuffer{}
+	l := startLBWithLog(t, []*proxytest.Engine{p}, []*proxytest.Engine{d1, d2}, zerolog.New(logs), func(c *config.Config) {
+		c.Policy = config.Policy{Prefill: "power_of_two", Decode: "round_robin"}
+	})
+	var got []string
+	for range 4 {
+		_, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)
+		got = append(got, body)
+	}
+	if got[0] == got[1] || got[0] != got[2] || got[1] != got[3] {
+		t.Fatalf("round_robin over two decodes answered %v, want them alternating", got)
+	}
+	if !strings.Contains(string(logs.Bytes()), `"prefill_in_flight":0`) {
+		t.Fatalf("the log line does not name power_of_two's reason: %s", logs.Bytes())
+	}
+	// A reload that changes the policy takes effect.
+	st := l.router.Settings()
+	st.Policy.Decode = "random"
+	l.router.Apply(st)
+	if _, isRandom := l.router.policies.Load().decode.(policy.Random); !isRandom {
+		t.Fatal("the reloaded decode policy is not random")
 	}
 }
