@@ -205,4 +205,11 @@ type Policy struct {
 	// Decode is the decode policy, from the same list; it sees the prefill
 	// chosen for the request. Default "random".
 	Decode string `koanf:"decode"`
+	// DPAware also picks the least-loaded data-parallel rank of an engine
+	// with dp_size > 1 (a prefill's from its registry, a decode's from its
+	// /server_info, learnt by the health checks): the prefill gets
+	// routed_dp_rank, the decode disagg_prefill_dp_rank (and its own
+	// routed_dp_rank when it is DP), and the room keeps room % dp_size ==
+	// rank. A client's explicit rank always wins. Default false.
+	DPAware bool `koanf:"dp_aware"`
 }

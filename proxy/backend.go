@@ -54,6 +54,8 @@ type Backend struct {
 
 	inflight atomic.Int64
 	selected atomic.Uint64
+	// dp counts in flight per DP rank once the DP size is known (dprank.go).
+	dp       atomic.Pointer[dpLoad]
 	draining atomic.Bool
 	// unhealthy is set by active health checks.
 	unhealthy atomic.Bool

@@ -20,6 +20,9 @@ type HealthChecker struct {
 	// OnResult, when set before Start, is told every check's outcome (metrics).
 	// It is called from the checking goroutines, concurrently.
 	OnResult func(b *Backend, ok bool)
+	// DPSizes, when set before Start, also learns each healthy decode's DP
+	// size from its /server_info until known (policy.dp_aware).
+	DPSizes bool
 
 	pool *Pool
 	cfg  config.Health
@@ -116,6 +119,9 @@ func (h *HealthChecker) CheckOnce() {
 			causes[i] = h.probe(b)
 			if h.OnResult != nil {
 				h.OnResult(b, causes[i] == "")
+			}
+			if causes[i] == "" && h.DPSizes && b.Role == Decode && b.DPSize() == 0 {
+				learnDPSize(b, h.cfg.Timeout)
 			}
 		}()
 	}

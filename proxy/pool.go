@@ -117,6 +117,9 @@ type Ticket struct {
 	b    *Backend
 	br   *Breaker
 	done func(error)
+	// dp and dpRank count the request on one DP rank (TakeDPRank).
+	dp     *dpLoad
+	dpRank int
 }
 
 // Acquire asks b's breaker for admission (half-open probes are bounded
@@ -142,6 +145,7 @@ func (t Ticket) Done(err *UpstreamError) {
 		return
 	}
 	t.b.inflight.Add(-1)
+	t.settleDPRank()
 	if t.done == nil {
 		return
 	}
@@ -164,6 +168,7 @@ func (t Ticket) Release() {
 		return
 	}
 	t.b.inflight.Add(-1)
+	t.settleDPRank()
 	if t.done != nil {
 		t.br.record(t.done, errExcluded)
 	}

@@ -35,10 +35,16 @@ type injection struct {
 	port  *int
 	rooms []uint64 // one room, or one per batch item
 	batch bool
-	// rankKey/rank add a DP-rank member ("routed_dp_rank" for the prefill,
-	// "disagg_prefill_dp_rank" for the decode) when rankKey is set.
-	rankKey string
-	rank    int64
+	// ranks are the DP-rank members written for this leg (the client's
+	// own rank members are then cut out).
+	ranks  [2]rankMember
+	nranks int
+}
+
+// rankMember is one DP-rank member: "routed_dp_rank" or "disagg_prefill_dp_rank".
+type rankMember struct {
+	key  string
+	rank int64
 }
 
 // appendInjected appends body to dst with the client's bootstrap members
@@ -47,7 +53,7 @@ type injection struct {
 func appendInjected(dst, body []byte, r *pdRequest, in *injection) []byte {
 	var all [2 * maxDrops]span
 	drops := append(all[:0], r.drops[:r.ndrops]...)
-	if in.rankKey != "" && r.nrankSpans > 0 {
+	if in.nranks > 0 && r.nrankSpans > 0 {
 		drops = append(drops, r.rankSpans[:r.nrankSpans]...)
 		slices.SortFunc(drops, func(a, b span) int { return a.start - b.start })
 	}
@@ -80,9 +86,9 @@ func appendInjected(dst, body []byte, r *pdRequest, in *injection) []byte {
 func injectedCap(body []byte, in *injection) int {
 	// Per item: the host (escaped: at most doubled) with its quotes, a port
 	// or null, a room, and their commas. Once: the member names, brackets
-	// and a rank member, 106 bytes at most.
+	// and two rank members, 128 bytes at most.
 	perItem := 2*len(in.host) + 3 + 21 + 21
-	return len(body) + 128 + len(in.rooms)*perItem
+	return len(body) + 160 + len(in.rooms)*perItem
 }
 
 func appendMembers(dst []byte, in *injection) []byte {
@@ -108,11 +114,11 @@ func appendMembers(dst []byte, in *injection) []byte {
 	} else {
 		dst = strconv.AppendUint(dst, in.rooms[0], 10)
 	}
-	if in.rankKey != "" {
+	for _, m := range in.ranks[:in.nranks] {
 		dst = append(dst, ',', '"')
-		dst = append(dst, in.rankKey...)
+		dst = append(dst, m.key...)
 		dst = append(dst, '"', ':')
-		dst = strconv.AppendInt(dst, in.rank, 10)
+		dst = strconv.AppendInt(dst, m.rank, 10)
 	}
 	return dst
 }

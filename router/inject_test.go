@@ -62,7 +62,7 @@ func TestInjection(t *testing.T) {
 			`{"sampling_params":{"seed":18446744073709551615},"x":-9223372036854775808,"f":1e400,"bootstrap_host":"h","bootstrap_port":8998,"bootstrap_room":42}`},
 		{"nested bootstrap keys untouched", `{"meta":{"bootstrap_room":1}}`, injection{host: "h", port: &port},
 			`{"meta":{"bootstrap_room":1},"bootstrap_host":"h","bootstrap_port":8998,"bootstrap_room":42}`},
-		{"rank rewritten for prefill", `{"text":"x","disagg_prefill_dp_rank":1,"routed_dp_rank":1}`, injection{host: "h", port: &port, rankKey: "routed_dp_rank", rank: 1},
+		{"rank rewritten for prefill", `{"text":"x","disagg_prefill_dp_rank":1,"routed_dp_rank":1}`, injection{host: "h", port: &port, ranks: [2]rankMember{{keyRouted, 1}}, nranks: 1},
 			`{"text":"x","bootstrap_host":"h","bootstrap_port":8998,"bootstrap_room":42,"routed_dp_rank":1}`},
 	}
 	for _, c := range cases {
@@ -150,7 +150,8 @@ func FuzzInjection(f *testing.F) {
 		legs := []*injection{&in}
 		if r.rankField != "" {
 			// As attempt does when the prefill's DP size is known.
-			legs = []*injection{rankFor(&in, &r, 2, keyRoutedRank), rankFor(&in, &r, 2, keyPrefillRank)}
+			pIn, dIn := dpRanks{prefill: int(r.prefillRank), decode: -1}.legs(&in)
+			legs = []*injection{pIn, dIn}
 		}
 		for _, leg := range legs {
 			out := appendInjected(nil, []byte(body), &r, leg)
@@ -168,8 +169,8 @@ func checkInjected(t *testing.T, body string, out []byte, r *pdRequest, leg *inj
 	t.Helper()
 	got, bad, err := engineRead(out, opt)
 	want := decisionOf(r)
-	if leg.rankKey != "" {
-		want.rankField = leg.rankKey
+	if leg.nranks > 0 {
+		want.rankField = leg.ranks[0].key
 	}
 	if errors.Is(err, errEngineRefusesBody) && !utf8.ValidString(body) {
 		// pdlb passes on what it cannot read either; the engine refuses it.
@@ -183,15 +184,15 @@ func checkInjected(t *testing.T, body string, out []byte, r *pdRequest, leg *inj
 		case "bootstrap_host", "bootstrap_port", "bootstrap_room":
 			continue
 		case keyRoutedRank, keyPrefillRank:
-			if leg.rankKey != "" {
+			if leg.nranks > 0 {
 				continue
 			}
 		}
 		kept = append(kept, m)
 	}
 	appended := []string{"bootstrap_host", "bootstrap_port", "bootstrap_room"}
-	if leg.rankKey != "" {
-		appended = append(appended, leg.rankKey)
+	if leg.nranks > 0 {
+		appended = append(appended, leg.ranks[0].key)
 	}
 	if len(outMembers) != len(kept)+len(appended) {
 		t.Fatalf("%q injected as %q: %d members, want %d kept and %v", body, out, len(outMembers), len(kept), appended)

@@ -131,6 +131,12 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 		dt.Release()
 		return nil, nil, refusal{status, msg}
 	}
+	ranks := dpRanks{prefill: -1, decode: -1}
+	if dpSize > 0 {
+		ranks.prefill = int(req.prefillRank) // the client's: it always wins
+	} else if r.cfg().Policy.DPAware {
+		dpSize, ranks = r.pickDPRanks(&pt, &dt)
+	}
 	bs := p.Bootstrap()
 	in := injection{host: bs.Host, port: bs.Port, batch: req.batch > 0}
 	if in.host == "" { // a prefill whose rendezvous was never set: its own host
@@ -143,21 +149,22 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 		in.rooms = one[:]
 	}
 	for i := range in.rooms {
-		in.rooms[i] = newRoom(dpSize, req.prefillRank)
+		in.rooms[i] = newRoom(dpSize, int64(ranks.prefill))
 	}
 	q.room = in.rooms[0]
 	// Both bodies live in one pooled buffer that the proxy returns once both
 	// legs have sent them.
 	buf := bytebufferpool.Get()
-	legs := 1 // bodies: a rank rewritten per leg makes two
-	if req.rankField != "" && dpSize > 0 {
+	pIn, dIn := ranks.legs(&in)
+	legs := 1 // bodies: ranks written per leg make two
+	if pIn != dIn {
 		legs = 2
 	}
 	buf.B = slices.Grow(buf.B[:0], legs*injectedCap(q.body, &in))
-	buf.B = appendInjected(buf.B, q.body, req, rankFor(&in, req, dpSize, "routed_dp_rank"))
+	buf.B = appendInjected(buf.B, q.body, req, pIn)
 	pEnd := len(buf.B)
 	if legs == 2 {
-		buf.B = appendInjected(buf.B, q.body, req, rankFor(&in, req, dpSize, "disagg_prefill_dp_rank"))
+		buf.B = appendInjected(buf.B, q.body, req, dIn)
 	}
 	pBody, dBody := buf.B[:pEnd], buf.B[pEnd:]
 	if len(dBody) == 0 {
@@ -171,17 +178,6 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 	}
 	ans, uerr := r.proxy.Do(&x)
 	return ans, uerr, refusal{}
-}
-
-// rankFor returns the injection for one leg: with a client-named prefill
-// rank, the prefill gets routed_dp_rank and the decode disagg_prefill_dp_rank.
-func rankFor(in *injection, req *pdRequest, dpSize int, key string) *injection {
-	if req.rankField == "" || dpSize == 0 {
-		return in
-	}
-	leg := *in
-	leg.rankKey, leg.rank = key, req.prefillRank
-	return &leg
 }
 
 // answer writes a committed non-streamed answer into q.resp (and returns

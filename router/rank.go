@@ -54,3 +54,59 @@ func earliest(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// dpRanks are the DP ranks a request is sent to: the prefill's (the
+// client's, or dp_aware's pick) and the decode's own (dp_aware); -1 for
+// none.
+type dpRanks struct {
+	prefill, decode int
+}
+
+const (
+	keyRouted  = "routed_dp_rank"
+	keyPrefill = "disagg_prefill_dp_rank"
+)
+
+// legs returns the injection of each leg: the prefill gets routed_dp_rank,
+// the decode disagg_prefill_dp_rank and, when it is DP itself, its own
+// routed_dp_rank. Without ranks both legs share in (one body for both).
+func (k dpRanks) legs(in *injection) (prefill, decode *injection) {
+	if k.prefill < 0 && k.decode < 0 {
+		return in, in
+	}
+	p, d := *in, *in
+	if k.prefill >= 0 {
+		p.ranks[p.nranks] = rankMember{keyRouted, int64(k.prefill)}
+		p.nranks++
+		d.ranks[d.nranks] = rankMember{keyPrefill, int64(k.prefill)}
+		d.nranks++
+	}
+	if k.decode >= 0 {
+		d.ranks[d.nranks] = rankMember{keyRouted, int64(k.decode)}
+		d.nranks++
+	}
+	return &p, &d
+}
+
+// pickDPRanks (policy.dp_aware) picks the least-loaded DP rank of the
+// prefill, whose DP size its registry knows, and of the decode, whose DP
+// size the health checks learnt from its /server_info, and counts the
+// request on them until its tickets settle. A rank is -1 where the size is
+// unknown or 1. It returns the prefill's DP size for the room (0: none).
+func (r *Router) pickDPRanks(pt, dt *proxy.Ticket) (int, dpRanks) {
+	ranks := dpRanks{prefill: -1, decode: -1}
+	prefillDP := 0
+	if pb := pt.Backend(); r.info != nil {
+		if info, ok := r.info.Info(pb.Bootstrap().Addr); ok && info.DPSize > 1 {
+			pb.SetDPSize(info.DPSize)
+			ranks.prefill = pb.LeastLoadedDPRank()
+			pt.TakeDPRank(ranks.prefill)
+			prefillDP = info.DPSize
+		}
+	}
+	if db := dt.Backend(); db.DPSize() > 1 {
+		ranks.decode = db.LeastLoadedDPRank()
+		dt.TakeDPRank(ranks.decode)
+	}
+	return prefillDP, ranks
+}

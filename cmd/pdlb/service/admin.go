@@ -76,16 +76,19 @@ func (a *Admin) Close() {
 
 // Worker is one backend as GET /workers shows it.
 type Worker struct {
-	Role          string `json:"role"`
-	URL           string `json:"url"`
-	Healthy       bool   `json:"healthy"`
-	Breaker       string `json:"breaker"`
-	InFlight      int64  `json:"in_flight"`
-	Selected      uint64 `json:"selected"`
-	Draining      bool   `json:"draining"`
-	RegistryReady bool   `json:"registry_ready"`
-	BootstrapPort *int   `json:"bootstrap_port"`
-	BootstrapAddr string `json:"bootstrap_addr"`
+	Role     string `json:"role"`
+	URL      string `json:"url"`
+	Healthy  bool   `json:"healthy"`
+	Breaker  string `json:"breaker"`
+	InFlight int64  `json:"in_flight"`
+	// DPInFlight is in flight per data-parallel rank (policy.dp_aware),
+	// once the engine's DP size is known.
+	DPInFlight    []int64 `json:"dp_in_flight,omitempty"`
+	Selected      uint64  `json:"selected"`
+	Draining      bool    `json:"draining"`
+	RegistryReady bool    `json:"registry_ready"`
+	BootstrapPort *int    `json:"bootstrap_port"`
+	BootstrapAddr string  `json:"bootstrap_addr"`
 }
 
 // addRequest is POST /workers' body.
@@ -269,6 +272,7 @@ func (a *Admin) worker(b *proxy.Backend) Worker {
 		Healthy:       b.Healthy(),
 		Breaker:       "disabled",
 		InFlight:      b.InFlight(),
+		DPInFlight:    b.DPInFlight(),
 		Selected:      b.Selected(),
 		Draining:      b.Draining(),
 		RegistryReady: a.pool.RegistryReady(b),

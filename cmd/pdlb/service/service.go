@@ -113,6 +113,7 @@ func (s *Service) Start() error {
 func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
 	h := proxy.NewHealthChecker(s.Pool, c, s.log)
 	h.OnResult = s.Metrics.HealthCheck
+	h.DPSizes = s.cfg.Policy.DPAware
 	return h
 }
 
