@@ -11,6 +11,9 @@ type field struct {
 	float func(*Round) *float64
 	count func(*Round) *int64
 	div   float64 // the table shows value/div (bytes as MiB); 0 = as is
+	// shown, when set, decides whether the table prints the row (given a target's median)
+	// instead of "some target's value is not 0": a hit rate of 0 is news when engines report it.
+	shown func(*Round) bool
 }
 
 func (f field) get(r *Round) float64 {
@@ -31,6 +34,7 @@ func (f field) set(r *Round, v float64) {
 // fields lists a Round's numbers in the order the table prints them.
 var fields = func() []field {
 	mib := func(f field) field { f.div = 1 << 20; return f }
+	reported := func(f field) field { f.shown = func(r *Round) bool { return r.CachedAnswers > 0 }; return f }
 	fl := func(name string, p func(*Round) *float64) field { return field{name: name, float: p} }
 	ct := func(name string, p func(*Round) *int64) field { return field{name: name, count: p} }
 	out := []field{
@@ -40,6 +44,10 @@ var fields = func() []field {
 		ct("failed", func(r *Round) *int64 { return &r.Failed }),
 		ct("dropped (open loop)", func(r *Round) *int64 { return &r.Dropped }),
 		ct("scheduled (open loop)", func(r *Round) *int64 { return &r.Scheduled }),
+		ct("prompt tokens", func(r *Round) *int64 { return &r.PromptTokens }),
+		reported(ct("cached tokens", func(r *Round) *int64 { return &r.CachedTokens })),
+		reported(fl("cache hit rate", func(r *Round) *float64 { return &r.CacheHitRate })),
+		ct("answers reporting cache", func(r *Round) *int64 { return &r.CachedAnswers }),
 	}
 	for _, g := range []struct {
 		name string

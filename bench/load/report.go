@@ -48,9 +48,18 @@ type Round struct {
 	TokensPerSec float64          `json:"output_tokens_per_s"`
 	OutputTokens int64            `json:"output_tokens"`
 	Events       int64            `json:"events,omitempty"`
-	Latency      Percentiles      `json:"latency"`
-	TTFT         Percentiles      `json:"ttft,omitzero"`
-	ITL          Percentiles      `json:"itl,omitzero"`
+	// PromptTokens sums the prompts of the answered requests as the engines counted them
+	// (meta_info.prompt_tokens or usage.prompt_tokens), or their words where an answer does
+	// not say. CachedTokens sums what the answers report as served from the prefix cache
+	// (meta_info.cached_tokens or usage.prompt_tokens_details.cached_tokens), CachedAnswers
+	// counts the answers that reported it at all, and CacheHitRate is CachedTokens/PromptTokens.
+	PromptTokens  int64       `json:"prompt_tokens"`
+	CachedTokens  int64       `json:"cached_tokens"`
+	CachedAnswers int64       `json:"cached_answers"`
+	CacheHitRate  float64     `json:"cache_hit_rate"`
+	Latency       Percentiles `json:"latency"`
+	TTFT          Percentiles `json:"ttft,omitzero"`
+	ITL           Percentiles `json:"itl,omitzero"`
 	// With a PID: the process's utime+stime over the round per completed request (and per
 	// streamed event), its largest sampled VmRSS and its VmHWM at the end of the round.
 	CPUMicrosPerReq   float64 `json:"cpu_us_per_req,omitempty"`
@@ -64,20 +73,26 @@ type Round struct {
 func newRound(index int, r roundResult, usage procUsage) Round {
 	s := &r.stats
 	out := Round{
-		Round:        index,
-		Seconds:      r.elapsed.Seconds(),
-		Scheduled:    r.scheduled,
-		Completed:    s.completed,
-		Dropped:      r.dropped,
-		Errors:       s.errors,
-		OutputTokens: s.tokens,
-		Events:       s.events,
-		Latency:      percentilesOf(s.latency),
-		TTFT:         percentilesOf(s.ttft),
-		ITL:          s.itl.percentiles(),
+		Round:         index,
+		Seconds:       r.elapsed.Seconds(),
+		Scheduled:     r.scheduled,
+		Completed:     s.completed,
+		Dropped:       r.dropped,
+		Errors:        s.errors,
+		OutputTokens:  s.tokens,
+		Events:        s.events,
+		PromptTokens:  s.prompt,
+		CachedTokens:  s.cached,
+		CachedAnswers: s.cachedN,
+		Latency:       percentilesOf(s.latency),
+		TTFT:          percentilesOf(s.ttft),
+		ITL:           s.itl.percentiles(),
 	}
 	for _, n := range s.errors {
 		out.Failed += n
+	}
+	if s.prompt > 0 {
+		out.CacheHitRate = float64(s.cached) / float64(s.prompt)
 	}
 	if secs := r.elapsed.Seconds(); secs > 0 {
 		out.ReqPerSec = float64(s.completed) / secs

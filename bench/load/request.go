@@ -37,7 +37,14 @@ func (w *worker) do(idx uint64, start time.Time) {
 	if w.opts.Room {
 		w.body = appendRoom(w.body, idx)
 	}
+	w.send(start, int64(inLen))
+}
 
+// send posts w.body, records the outcome and returns the answer's JSON (the whole body,
+// or a stream's last event), valid until the next send; nil when the request failed.
+// promptWords is the prompt's length in words, counted as prompt tokens when the answer
+// does not say how many the engine saw.
+func (w *worker) send(start time.Time, promptWords int64) []byte {
 	req, resp := &w.req, &w.resp
 	req.Reset()
 	resp.Reset()
@@ -50,31 +57,31 @@ func (w *worker) do(idx uint64, start time.Time) {
 	err := w.t.client.DoDeadline(req, resp, start.Add(w.opts.Timeout))
 	if err != nil {
 		w.stats.fail(classify(err))
-		return
+		return nil
 	}
 	if w.opts.Stream {
-		w.readStream(start)
-		return
+		return w.readStream(start, promptWords)
 	}
 	end := time.Now()
 	if code := resp.StatusCode(); code != fasthttp.StatusOK {
 		w.stats.fail(statusClass(code))
-		return
+		return nil
 	}
 	b := resp.Body()
 	if !gjson.ValidBytes(b) {
 		w.stats.fail(ErrBadBody)
-		return
+		return nil
 	}
-	w.stats.ok(end.Sub(start), completionTokens(b))
+	w.stats.ok(end.Sub(start), withPromptWords(answerUsage(b), promptWords))
+	return b
 }
 
-func (w *worker) readStream(start time.Time) {
+func (w *worker) readStream(start time.Time, promptWords int64) []byte {
 	resp := &w.resp
 	defer resp.CloseBodyStream() //nolint:errcheck // the outcome is already recorded
 	if code := resp.StatusCode(); code != fasthttp.StatusOK {
 		w.stats.fail(statusClass(code))
-		return
+		return nil
 	}
 	res, err := w.sse.read(resp.BodyStream(), start, w.gapRec)
 	end := time.Now()
@@ -87,20 +94,23 @@ func (w *worker) readStream(start time.Time) {
 	case !res.done:
 		w.stats.fail(ErrStreamTruncated)
 	default:
-		tokens := int64(res.events)
-		if n := completionTokens(w.sse.last); n > 0 {
-			tokens = n // engines that batch tokens per event still report the true count
+		// The last event carries the totals (SGLang's meta_info, OpenAI's usage chunk).
+		u := withPromptWords(answerUsage(w.sse.last), promptWords)
+		if u.completion <= 0 {
+			u.completion = int64(res.events) // an engine that reports no count: one token per event
 		}
-		w.stats.ok(end.Sub(start), tokens)
+		w.stats.ok(end.Sub(start), u)
 		w.stats.ttft = append(w.stats.ttft, res.ttft)
+		return w.sse.last
 	}
+	return nil
 }
 
-// completionTokens reads the generated token count of an SGLang or OpenAI-style answer.
-func completionTokens(b []byte) int64 {
-	res := gjson.GetManyBytes(b, "meta_info.completion_tokens", "usage.completion_tokens")
-	if res[0].Exists() {
-		return res[0].Int()
+// withPromptWords fills in the prompt length when the answer did not report one: the
+// simulated engines count one token per whitespace-separated word, as the prompt was built.
+func withPromptWords(u usage, words int64) usage {
+	if u.prompt <= 0 {
+		u.prompt = words
 	}
-	return res[1].Int()
+	return u
 }

@@ -76,7 +76,7 @@ func TestSSEFramingAcrossReads(t *testing.T) {
 	if res.events != 3 || gaps != 2 || !res.done || res.errEvent {
 		t.Errorf("events=%d gaps=%d done=%v err=%v, want 3/2/true/false", res.events, gaps, res.done, res.errEvent)
 	}
-	if n := completionTokens(s.last); n != 9 {
+	if n := answerUsage(s.last).completion; n != 9 {
 		t.Errorf("usage from the last event = %d, want 9", n)
 	}
 }

@@ -58,7 +58,11 @@ func (r *Report) WriteTable(w io.Writer) {
 			if f.div > 0 {
 				vals[i] /= f.div
 			}
-			any = any || vals[i] != 0
+			if f.shown != nil {
+				any = any || f.shown(&r.Targets[i].Median)
+			} else {
+				any = any || vals[i] != 0
+			}
 		}
 		if any {
 			emit(f.name, f.count != nil && f.div == 0)
