@@ -21,17 +21,25 @@ func appendBody(dst []byte, route string, idx uint64, inLen, outLen int, stream 
 		dst = appendPrompt(dst, idx, inLen)
 		dst = append(dst, `","max_tokens":`...)
 	default:
-		dst = append(dst, `{"text":"`...)
+		dst = append(dst, generateOpen...)
 		dst = appendPrompt(dst, idx, inLen)
-		dst = append(dst, `","sampling_params":{"max_new_tokens":`...)
-		dst = strconv.AppendInt(dst, int64(outLen), 10)
-		// ignore_eos makes a real engine produce exactly max_new_tokens, so runs compare equal work.
-		dst = append(dst, `,"ignore_eos":true},"stream":`...)
-		dst = strconv.AppendBool(dst, stream)
-		return append(dst, '}')
+		return appendGenerateClose(dst, outLen, stream)
 	}
 	dst = strconv.AppendInt(dst, int64(outLen), 10)
 	dst = append(dst, `,"ignore_eos":true,"stream":`...)
+	dst = strconv.AppendBool(dst, stream)
+	return append(dst, '}')
+}
+
+// generateOpen starts a /generate body; the prompt text follows, then appendGenerateClose.
+const generateOpen = `{"text":"`
+
+// appendGenerateClose ends the prompt text of a /generate body and writes the rest.
+func appendGenerateClose(dst []byte, outLen int, stream bool) []byte {
+	dst = append(dst, `","sampling_params":{"max_new_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(outLen), 10)
+	// ignore_eos makes a real engine produce exactly max_new_tokens, so runs compare equal work.
+	dst = append(dst, `,"ignore_eos":true},"stream":`...)
 	dst = strconv.AppendBool(dst, stream)
 	return append(dst, '}')
 }

@@ -18,14 +18,15 @@ type roundResult struct {
 
 // closedLoop runs Concurrency workers that each send the next request as soon as the
 // previous one is answered. With Requests, exactly that many are sent.
-func closedLoop(ctx context.Context, t *target, opts *Options, seed uint64, done *atomic.Int64) roundResult {
+func closedLoop(ctx context.Context, t *target, plan *roundPlan, done *atomic.Int64) roundResult {
+	opts := plan.opts
 	var next atomic.Uint64
 	start := time.Now()
 	deadline := start.Add(opts.Duration)
 	workers := make([]*worker, opts.Concurrency)
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := newWorker(t, opts, seed)
+		w := newWorker(t, plan)
 		workers[i] = w
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -50,7 +51,8 @@ func closedLoop(ctx context.Context, t *target, opts *Options, seed uint64, done
 // Latency counts from the scheduled time, so a slow target cannot hide its queueing by
 // slowing the generator down (coordinated omission). At most Concurrency requests are
 // outstanding; an arrival that finds none free is dropped and counted.
-func openLoop(ctx context.Context, t *target, opts *Options, seed uint64, done *atomic.Int64) roundResult {
+func openLoop(ctx context.Context, t *target, plan *roundPlan, done *atomic.Int64) roundResult {
+	opts := plan.opts
 	type arrival struct {
 		idx uint64
 		at  time.Time
@@ -62,7 +64,7 @@ func openLoop(ctx context.Context, t *target, opts *Options, seed uint64, done *
 	workers := make([]*worker, opts.Concurrency)
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := newWorker(t, opts, seed)
+		w := newWorker(t, plan)
 		workers[i] = w
 		wg.Go(func() {
 			for a := range arrivals {
@@ -75,7 +77,7 @@ func openLoop(ctx context.Context, t *target, opts *Options, seed uint64, done *
 
 	var res roundResult
 	start := time.Now()
-	sched := newSchedule(opts.Rate, seed)
+	sched := newSchedule(opts.Rate, plan.seed)
 	timer := time.NewTimer(0)
 	<-timer.C
 	for idx := uint64(0); ctx.Err() == nil; idx++ {

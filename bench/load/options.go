@@ -14,6 +14,13 @@ const (
 	RouteCompletions     = "/v1/completions"
 )
 
+// Workloads: what the prompts look like (see Options.Workload).
+const (
+	WorkloadNone   = "none"
+	WorkloadShared = "shared"
+	WorkloadUnique = "unique"
+)
+
 // Options describe one benchmark run. Zero values take the defaults noted per field.
 type Options struct {
 	// Targets are base URLs (http://127.0.0.1:8000); two or more run in interleaved rounds A B A B ….
@@ -33,7 +40,7 @@ type Options struct {
 	Rounds int
 	// Stream asks for SSE answers and measures TTFT and inter-token latency.
 	Stream bool
-	// InputLen is the prompt length in words; default 128.
+	// InputLen is the prompt length in words (with a workload: the user message's); default 128.
 	InputLen Dist
 	// OutputLen is max_new_tokens / max_tokens; default 128.
 	OutputLen Dist
@@ -48,6 +55,25 @@ type Options struct {
 	// Room adds a "bootstrap_room" to every body, so an engine can be
 	// measured directly (a balancer replaces the field).
 	Room bool
+
+	// Workload shapes the prompts; default WorkloadNone, where request i's prompt is "r<i>"
+	// and InputLen-1 filler words. The others send /generate with "text" (one prompt token
+	// per word on the simulated engines), words that only repeat where the workload means
+	// them to (an engine's prefix cache can hit on them), and user messages that start with
+	// a word drawn from the round and the target, so that neither another round nor another
+	// target on the same engines finds them cached:
+	//   - WorkloadShared: one of SystemPrompts system prompts of SystemLen words, picked
+	//     with Zipf popularity ZipfS, then a user message of InputLen words;
+	//   - WorkloadUnique: the control, a prompt of SystemLen+InputLen words that shares no
+	//     word with any other from its first on, request by request as long as in shared.
+	Workload string
+	// SystemPrompts is the number of distinct system prompts (shared); default 16.
+	SystemPrompts int
+	// SystemLen is a system prompt's length in words (shared, unique); default 1024.
+	SystemLen int
+	// ZipfS is the exponent of the system prompts' popularity: rank k (1 = most popular)
+	// is picked with probability proportional to 1/k^ZipfS; default 1.1.
+	ZipfS float64
 }
 
 // withDefaults returns a copy with every zero field set to its documented default.
@@ -67,6 +93,21 @@ func (o Options) withDefaults() Options {
 			o.Rounds = 3
 		}
 	}
+	if o.Workload == "" {
+		o.Workload = WorkloadNone
+	}
+	switch o.Workload {
+	case WorkloadShared, WorkloadUnique:
+		if o.SystemPrompts <= 0 {
+			o.SystemPrompts = 16
+		}
+		if o.SystemLen <= 0 {
+			o.SystemLen = 1024
+		}
+		if o.ZipfS == 0 {
+			o.ZipfS = 1.1
+		}
+	}
 	if o.InputLen == (Dist{}) {
 		o.InputLen = Dist{Min: 128, Max: 128}
 	}
@@ -80,6 +121,36 @@ func (o Options) withDefaults() Options {
 		o.Seed = 1
 	}
 	return o
+}
+
+// checkWorkload refuses, before defaults hide what was set, a workload parameter that
+// the chosen workload would ignore: a silently ignored flag is a run that measured
+// something else than its command line says.
+func (o Options) checkWorkload() error {
+	switch o.Workload {
+	case "", WorkloadNone:
+		if o.SystemPrompts != 0 || o.SystemLen != 0 || o.ZipfS != 0 {
+			return errors.New("system prompts, system length and zipf exponent need a workload (shared, unique)")
+		}
+		return nil
+	case WorkloadShared:
+	case WorkloadUnique:
+		if o.SystemPrompts != 0 || o.ZipfS != 0 {
+			return errors.New("workload unique shares no system prompt: system prompts and zipf exponent do not apply")
+		}
+	default:
+		return fmt.Errorf("workload %q: want %s, %s or %s", o.Workload, WorkloadNone, WorkloadShared, WorkloadUnique)
+	}
+	if o.Route != "" && o.Route != RouteGenerate {
+		return fmt.Errorf("workload %s sends %s with \"text\" (route %s)", o.Workload, RouteGenerate, o.Route)
+	}
+	if o.SystemPrompts < 0 || o.SystemLen < 0 || o.ZipfS < 0 {
+		return errors.New("system prompts, system length and zipf exponent must not be negative")
+	}
+	if o.InputLen != (Dist{}) && o.InputLen.Min < 1 {
+		return fmt.Errorf("workload %s: input length %s: a user message has at least 1 word, the one that makes it unique", o.Workload, o.InputLen)
+	}
+	return nil
 }
 
 func (o Options) validate() error {

@@ -24,6 +24,11 @@ type Config struct {
 	TimeoutS    float64 `json:"timeout_s"`
 	Seed        int64   `json:"seed"`
 	ClockTicks  int64   `json:"clock_ticks,omitempty"`
+	Workload    string  `json:"workload"`
+	// The workload's parameters, where it has them.
+	SystemPrompts int     `json:"system_prompts,omitempty"`
+	SystemLen     int     `json:"system_len,omitempty"`
+	ZipfS         float64 `json:"zipf_s,omitempty"`
 }
 
 // TargetReport holds one target's rounds in run order and their per-metric medians.

@@ -12,7 +12,7 @@ import (
 type worker struct {
 	t      *target
 	opts   *Options
-	seed   uint64
+	plan   *roundPlan
 	req    fasthttp.Request
 	resp   fasthttp.Response
 	body   []byte
@@ -21,8 +21,8 @@ type worker struct {
 	gapRec func(time.Duration)
 }
 
-func newWorker(t *target, opts *Options, seed uint64) *worker {
-	w := &worker{t: t, opts: opts, seed: seed}
+func newWorker(t *target, plan *roundPlan) *worker {
+	w := &worker{t: t, opts: plan.opts, plan: plan}
 	w.gapRec = w.stats.itl.record
 	return w
 }
@@ -30,14 +30,19 @@ func newWorker(t *target, opts *Options, seed uint64) *worker {
 // do sends request number idx and records its outcome; start is when it was due,
 // which in open loop may lie before now (latency counts the wait for a free slot).
 func (w *worker) do(idx uint64, start time.Time) {
-	r := splitmix64(w.seed ^ idx)
+	r := splitmix64(w.plan.seed ^ idx)
 	inLen := w.opts.InputLen.pick(r)
 	outLen := w.opts.OutputLen.pick(r >> 32)
-	w.body = appendBody(w.body[:0], w.opts.Route, idx, inLen, outLen, w.opts.Stream)
+	words := inLen
+	if w.opts.Workload == WorkloadNone {
+		w.body = appendBody(w.body[:0], w.opts.Route, idx, inLen, outLen, w.opts.Stream)
+	} else {
+		w.body, words = w.plan.prompts.appendIndexed(w.body[:0], r, w.plan.salt, idx, inLen, outLen, w.opts.Stream)
+	}
 	if w.opts.Room {
 		w.body = appendRoom(w.body, idx)
 	}
-	w.send(start, int64(inLen))
+	w.send(start, int64(words))
 }
 
 // send posts w.body, records the outcome and returns the answer's JSON (the whole body,

@@ -18,6 +18,9 @@ const procSampleEvery = 100 * time.Millisecond
 // and reports per-round figures and their medians. When ctx ends, the rounds
 // finished so far are reported together with ctx's error.
 func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.checkWorkload(); err != nil {
+		return nil, err
+	}
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -45,10 +48,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 
+	ps := newPrompts(&opts)
 	prog := newProgress(opts.Progress, &opts, len(targets))
 	defer prog.finish()
 	for round := 0; round < opts.Rounds && ctx.Err() == nil; round++ {
-		// Every target gets the same seed in a round: the same prompts, lengths and arrivals.
+		// Every target gets the same seed in a round: the same prompts, lengths and arrivals
+		// (with a workload, the same shapes; the words that make prompts unique are salted
+		// per target, see Options.Workload).
 		seed := uint64(opts.Seed) + uint64(round)*0x9e3779b97f4a7c15
 		for k := range targets {
 			if ctx.Err() != nil {
@@ -57,7 +63,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			i := (round + k) % len(targets)
 			t := targets[i]
 			prog.startRound(round, opts.Rounds, string(rune('A'+i%26)), t.base)
-			r := runRound(ctx, t, &opts, rep.Targets[i].PID, seed, &prog.done)
+			plan := &roundPlan{opts: &opts, prompts: ps, seed: seed, salt: splitmix64(seed ^ splitmix64(uint64(i)))}
+			r := runRound(ctx, t, plan, rep.Targets[i].PID, &prog.done)
 			prog.endRound()
 			rep.Targets[i].Rounds = append(rep.Targets[i].Rounds, newRoundAt(round, r))
 			// Fresh connections per round, so no target inherits warm state from an earlier one.
@@ -76,16 +83,16 @@ type measured struct {
 	usage procUsage
 }
 
-func runRound(ctx context.Context, t *target, opts *Options, pid int, seed uint64, done *atomic.Int64) measured {
+func runRound(ctx context.Context, t *target, plan *roundPlan, pid int, done *atomic.Int64) measured {
 	var watch *procWatch
 	if pid > 0 {
 		watch = watchProc(pid, procSampleEvery)
 	}
 	var m measured
-	if opts.Rate > 0 {
-		m.loop = openLoop(ctx, t, opts, seed, done)
+	if plan.opts.Rate > 0 {
+		m.loop = openLoop(ctx, t, plan, done)
 	} else {
-		m.loop = closedLoop(ctx, t, opts, seed, done)
+		m.loop = closedLoop(ctx, t, plan, done)
 	}
 	if watch != nil {
 		m.usage = watch.end()
@@ -96,7 +103,7 @@ func runRound(ctx context.Context, t *target, opts *Options, pid int, seed uint6
 func newRoundAt(index int, m measured) Round { return newRound(index, m.loop, m.usage) }
 
 func configOf(o *Options) Config {
-	return Config{
+	c := Config{
 		Route:       o.Route,
 		Concurrency: o.Concurrency,
 		Rate:        o.Rate,
@@ -109,5 +116,13 @@ func configOf(o *Options) Config {
 		TimeoutS:    o.Timeout.Seconds(),
 		Seed:        o.Seed,
 		ClockTicks:  clockTicks(),
+		Workload:    o.Workload,
 	}
+	if o.Workload != WorkloadNone {
+		c.SystemLen = o.SystemLen
+	}
+	if o.Workload == WorkloadShared {
+		c.SystemPrompts, c.ZipfS = o.SystemPrompts, o.ZipfS
+	}
+	return c
 }

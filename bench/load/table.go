@@ -26,8 +26,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	if c.Rate > 0 {
 		load = fmt.Sprintf("open loop, %.6g req/s, at most %d outstanding", c.Rate, c.Concurrency)
 	}
-	fmt.Fprintf(w, "%s %s, stream=%t, input %s words, output %s tokens; median of %d round(s); %d CPUs, %s\n\n",
-		c.Route, load, c.Stream, c.InputLen, c.OutputLen, c.Rounds, r.Machine.NumCPU, r.Machine.CPUModel)
+	fmt.Fprintf(w, "%s %s, stream=%t, %s, output %s tokens; median of %d round(s); %d CPUs, %s\n\n",
+		c.Route, load, c.Stream, c.workload(), c.OutputLen, c.Rounds, r.Machine.NumCPU, r.Machine.CPUModel)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"metric"}
@@ -79,6 +79,18 @@ func (r *Report) WriteTable(w io.Writer) {
 		emit("errors "+class, true)
 	}
 	tw.Flush()
+}
+
+// workload describes the prompts in words for the table's header.
+func (c *Config) workload() string {
+	switch c.Workload {
+	case WorkloadShared:
+		return fmt.Sprintf("workload shared: %d system prompts of %d words (Zipf s=%g) + user %s words",
+			c.SystemPrompts, c.SystemLen, c.ZipfS, c.InputLen)
+	case WorkloadUnique:
+		return fmt.Sprintf("workload unique: %d + %s words, nothing shared", c.SystemLen, c.InputLen)
+	}
+	return fmt.Sprintf("input %s words", c.InputLen)
 }
 
 func formatValue(v float64, isCount bool) string {

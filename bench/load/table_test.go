@@ -49,3 +49,13 @@ func squeeze(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+func TestTableNamesWorkload(t *testing.T) {
+	rep := sampleReport()
+	rep.Config.Workload, rep.Config.SystemPrompts, rep.Config.SystemLen, rep.Config.ZipfS = WorkloadShared, 16, 1024, 1.1
+	var sb strings.Builder
+	rep.WriteTable(&sb)
+	if want := "workload shared: 16 system prompts of 1024 words (Zipf s=1.1) + user 128 words"; !strings.Contains(sb.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, sb.String())
+	}
+}
