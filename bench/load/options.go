@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"pdlb"
 )
 
 // Routes the load generator knows how to build bodies for.
@@ -16,9 +18,10 @@ const (
 
 // Workloads: what the prompts look like (see Options.Workload).
 const (
-	WorkloadNone   = "none"
-	WorkloadShared = "shared"
-	WorkloadUnique = "unique"
+	WorkloadNone      = "none"
+	WorkloadMultiturn = "multiturn"
+	WorkloadShared    = "shared"
+	WorkloadUnique    = "unique"
 )
 
 // Options describe one benchmark run. Zero values take the defaults noted per field.
@@ -40,7 +43,8 @@ type Options struct {
 	Rounds int
 	// Stream asks for SSE answers and measures TTFT and inter-token latency.
 	Stream bool
-	// InputLen is the prompt length in words (with a workload: the user message's); default 128.
+	// InputLen is the prompt length in words (with a workload: a user message's); default 128
+	// (multiturn: 64).
 	InputLen Dist
 	// OutputLen is max_new_tokens / max_tokens; default 128.
 	OutputLen Dist
@@ -62,18 +66,35 @@ type Options struct {
 	// them to (an engine's prefix cache can hit on them), and user messages that start with
 	// a word drawn from the round and the target, so that neither another round nor another
 	// target on the same engines finds them cached:
+	//   - WorkloadMultiturn: chat sessions. Turn k of a session sends its system prompt (one
+	//     of SystemPrompts of SystemLen words, picked per session with Zipf popularity
+	//     ZipfS), every earlier user message and the answer the engine gave to it (the
+	//     "text" of the JSON answer or of the last SSE event), then a new user message of
+	//     InputLen words: the history a chat client resends;
 	//   - WorkloadShared: one of SystemPrompts system prompts of SystemLen words, picked
 	//     with Zipf popularity ZipfS, then a user message of InputLen words;
 	//   - WorkloadUnique: the control, a prompt of SystemLen+InputLen words that shares no
 	//     word with any other from its first on, request by request as long as in shared.
 	Workload string
-	// SystemPrompts is the number of distinct system prompts (shared); default 16.
+	// SystemPrompts is the number of distinct system prompts; default 4 (multiturn), 16 (shared).
 	SystemPrompts int
-	// SystemLen is a system prompt's length in words (shared, unique); default 1024.
+	// SystemLen is a system prompt's length in words; default 256 (multiturn), 1024 (shared, unique).
 	SystemLen int
 	// ZipfS is the exponent of the system prompts' popularity: rank k (1 = most popular)
 	// is picked with probability proportional to 1/k^ZipfS; default 1.1.
 	ZipfS float64
+	// Sessions (multiturn) is the number of sessions open at once, each with at most one
+	// request in flight: closed loop, a session that ends is replaced at once; open loop
+	// (Rate: new sessions per second), an arrival that finds Sessions open is dropped.
+	// Default 64; it takes Concurrency's place, which multiturn refuses.
+	Sessions int
+	// Turns (multiturn) is the number of requests of a session; default 6.
+	Turns Dist
+	// ThinkTime (multiturn) is the pause between an answer and the session's next turn; default 0.
+	ThinkTime time.Duration
+
+	// sleep waits out think time; default pdlb.SleepContext, tests replace it.
+	sleep pdlb.SleepFunc
 }
 
 // withDefaults returns a copy with every zero field set to its documented default.
@@ -97,6 +118,23 @@ func (o Options) withDefaults() Options {
 		o.Workload = WorkloadNone
 	}
 	switch o.Workload {
+	case WorkloadMultiturn:
+		if o.Sessions <= 0 {
+			o.Sessions = 64
+		}
+		o.Concurrency = o.Sessions // one request in flight per session
+		if o.Turns == (Dist{}) {
+			o.Turns = Dist{Min: 6, Max: 6}
+		}
+		if o.SystemPrompts <= 0 {
+			o.SystemPrompts = 4
+		}
+		if o.SystemLen <= 0 {
+			o.SystemLen = 256
+		}
+		if o.InputLen == (Dist{}) {
+			o.InputLen = Dist{Min: 64, Max: 64}
+		}
 	case WorkloadShared, WorkloadUnique:
 		if o.SystemPrompts <= 0 {
 			o.SystemPrompts = 16
@@ -104,9 +142,12 @@ func (o Options) withDefaults() Options {
 		if o.SystemLen <= 0 {
 			o.SystemLen = 1024
 		}
-		if o.ZipfS == 0 {
-			o.ZipfS = 1.1
-		}
+	}
+	if o.ZipfS == 0 && (o.Workload == WorkloadMultiturn || o.Workload == WorkloadShared) {
+		o.ZipfS = 1.1
+	}
+	if o.sleep == nil {
+		o.sleep = pdlb.SleepContext
 	}
 	if o.InputLen == (Dist{}) {
 		o.InputLen = Dist{Min: 128, Max: 128}
@@ -127,19 +168,32 @@ func (o Options) withDefaults() Options {
 // the chosen workload would ignore: a silently ignored flag is a run that measured
 // something else than its command line says.
 func (o Options) checkWorkload() error {
+	if o.Workload != WorkloadMultiturn && (o.Sessions != 0 || o.Turns != (Dist{}) || o.ThinkTime != 0) {
+		return errors.New("sessions, turns and think time need workload multiturn")
+	}
 	switch o.Workload {
 	case "", WorkloadNone:
 		if o.SystemPrompts != 0 || o.SystemLen != 0 || o.ZipfS != 0 {
-			return errors.New("system prompts, system length and zipf exponent need a workload (shared, unique)")
+			return errors.New("system prompts, system length and zipf exponent need a workload (multiturn, shared, unique)")
 		}
 		return nil
+	case WorkloadMultiturn:
+		if o.Concurrency != 0 {
+			return errors.New("workload multiturn: sessions set the requests in flight (one per session), not concurrency")
+		}
+		if o.Sessions < 0 || o.ThinkTime < 0 {
+			return errors.New("sessions and think time must not be negative")
+		}
+		if o.Turns != (Dist{}) && o.Turns.Min < 1 {
+			return fmt.Errorf("turns %s: a session has at least 1 turn", o.Turns)
+		}
 	case WorkloadShared:
 	case WorkloadUnique:
 		if o.SystemPrompts != 0 || o.ZipfS != 0 {
 			return errors.New("workload unique shares no system prompt: system prompts and zipf exponent do not apply")
 		}
 	default:
-		return fmt.Errorf("workload %q: want %s, %s or %s", o.Workload, WorkloadNone, WorkloadShared, WorkloadUnique)
+		return fmt.Errorf("workload %q: want %s, %s, %s or %s", o.Workload, WorkloadNone, WorkloadMultiturn, WorkloadShared, WorkloadUnique)
 	}
 	if o.Route != "" && o.Route != RouteGenerate {
 		return fmt.Errorf("workload %s sends %s with \"text\" (route %s)", o.Workload, RouteGenerate, o.Route)

@@ -29,6 +29,9 @@ type Config struct {
 	SystemPrompts int     `json:"system_prompts,omitempty"`
 	SystemLen     int     `json:"system_len,omitempty"`
 	ZipfS         float64 `json:"zipf_s,omitempty"`
+	Sessions      int     `json:"sessions,omitempty"`
+	Turns         Dist    `json:"turns,omitzero"`
+	ThinkTimeS    float64 `json:"think_time_s,omitempty"`
 }
 
 // TargetReport holds one target's rounds in run order and their per-metric medians.
@@ -39,7 +42,8 @@ type TargetReport struct {
 	Median Round   `json:"median"`
 }
 
-// Round is one round against one target. In Median, each field is the median of that
+// Round is one round against one target. With workload multiturn in open loop, Scheduled
+// and Dropped count session arrivals, not requests. In Median, each field is the median of that
 // field over the rounds (so fields may come from different rounds).
 type Round struct {
 	Round        int              `json:"round"`

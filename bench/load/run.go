@@ -89,9 +89,12 @@ func runRound(ctx context.Context, t *target, plan *roundPlan, pid int, done *at
 		watch = watchProc(pid, procSampleEvery)
 	}
 	var m measured
-	if plan.opts.Rate > 0 {
+	switch {
+	case plan.opts.Workload == WorkloadMultiturn:
+		m.loop = sessionLoop(ctx, t, plan, done)
+	case plan.opts.Rate > 0:
 		m.loop = openLoop(ctx, t, plan, done)
-	} else {
+	default:
 		m.loop = closedLoop(ctx, t, plan, done)
 	}
 	if watch != nil {
@@ -121,8 +124,11 @@ func configOf(o *Options) Config {
 	if o.Workload != WorkloadNone {
 		c.SystemLen = o.SystemLen
 	}
-	if o.Workload == WorkloadShared {
+	if o.Workload == WorkloadShared || o.Workload == WorkloadMultiturn {
 		c.SystemPrompts, c.ZipfS = o.SystemPrompts, o.ZipfS
+	}
+	if o.Workload == WorkloadMultiturn {
+		c.Sessions, c.Turns, c.ThinkTimeS = o.Sessions, o.Turns, o.ThinkTime.Seconds()
 	}
 	return c
 }

@@ -23,7 +23,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	c := r.Config
 	load := fmt.Sprintf("closed loop, concurrency %d", c.Concurrency)
-	if c.Rate > 0 {
+	switch {
+	case c.Workload == WorkloadMultiturn && c.Rate > 0:
+		load = fmt.Sprintf("open loop, %.6g sessions/s, at most %d open", c.Rate, c.Sessions)
+	case c.Workload == WorkloadMultiturn:
+		load = fmt.Sprintf("closed loop, %d sessions", c.Sessions)
+	case c.Rate > 0:
 		load = fmt.Sprintf("open loop, %.6g req/s, at most %d outstanding", c.Rate, c.Concurrency)
 	}
 	fmt.Fprintf(w, "%s %s, stream=%t, %s, output %s tokens; median of %d round(s); %d CPUs, %s\n\n",
@@ -84,6 +89,13 @@ func (r *Report) WriteTable(w io.Writer) {
 // workload describes the prompts in words for the table's header.
 func (c *Config) workload() string {
 	switch c.Workload {
+	case WorkloadMultiturn:
+		think := ""
+		if c.ThinkTimeS > 0 {
+			think = fmt.Sprintf(", think %gs", c.ThinkTimeS)
+		}
+		return fmt.Sprintf("workload multiturn: %d system prompts of %d words (Zipf s=%g), %s turns of user %s words + answer%s",
+			c.SystemPrompts, c.SystemLen, c.ZipfS, c.Turns, c.InputLen, think)
 	case WorkloadShared:
 		return fmt.Sprintf("workload shared: %d system prompts of %d words (Zipf s=%g) + user %s words",
 			c.SystemPrompts, c.SystemLen, c.ZipfS, c.InputLen)

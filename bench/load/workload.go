@@ -19,7 +19,7 @@ type prompts struct {
 
 func newPrompts(o *Options) *prompts {
 	p := &prompts{workload: o.Workload, systemLen: o.SystemLen}
-	if o.Workload == WorkloadShared {
+	if o.Workload == WorkloadShared || o.Workload == WorkloadMultiturn {
 		p.zipf = newZipf(o.SystemPrompts, o.ZipfS)
 		for rank := 1; rank <= o.SystemPrompts; rank++ {
 			p.system = append(p.system, systemPrompt(uint64(o.Seed), rank, o.SystemLen))
