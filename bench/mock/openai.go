@@ -152,10 +152,12 @@ func (e *Engine) appendChunk(b []byte, r *Request, model string, created int64, 
 }
 
 // appendUsage appends {"prompt_tokens","total_tokens","completion_tokens"}.
+// As SGLang's UsageProcessor, it counts each prompt once however many
+// choices (n) it has.
 func appendUsage(b []byte, r *Request) []byte {
 	prompt := 0
-	for i := 0; i < r.Items; i++ {
-		prompt += r.promptTokens(i)
+	for _, p := range r.prompts {
+		prompt += len(p)
 	}
 	completion := r.MaxTokens * r.Items
 	b = append(b, `{"prompt_tokens":`...)

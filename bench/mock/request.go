@@ -106,18 +106,7 @@ func (e *Engine) parseOpenAI(path string, body []byte) (*Request, error) {
 	}
 	r := &Request{Path: path, Body: body}
 	if path == pathChat {
-		var ids []int32
-		for _, m := range root.Get("messages").Array() {
-			c := m.Get("content")
-			if c.IsArray() {
-				for _, part := range c.Array() {
-					ids = tokenize(ids, part.Get("text").String())
-				}
-			} else {
-				ids = tokenize(ids, c.String())
-			}
-		}
-		r.prompts = append(r.prompts, ids)
+		r.prompts = append(r.prompts, chatTokens(root.Get("messages")))
 		mt := root.Get("max_completion_tokens")
 		if !mt.Exists() || mt.Type == gjson.Null {
 			mt = root.Get("max_tokens")
@@ -160,6 +149,28 @@ func (e *Engine) parseOpenAI(path string, body []byte) (*Request, error) {
 	r.Rid = firstString(root.Get("rid"))
 	e.readBootstrap(r, root)
 	return r, nil
+}
+
+// chatTokens renders the messages in order as "<role>: <content>" words (a
+// chat template's part that matters for prefixes: the same conversation so
+// far is the same token prefix) and tokenizes them; content given as parts
+// contributes its text parts.
+func chatTokens(messages gjson.Result) []int32 {
+	var ids []int32
+	messages.ForEach(func(_, m gjson.Result) bool {
+		ids = tokenize(ids, m.Get("role").String()+":")
+		c := m.Get("content")
+		if c.IsArray() {
+			c.ForEach(func(_, part gjson.Result) bool {
+				ids = tokenize(ids, part.Get("text").String())
+				return true
+			})
+		} else {
+			ids = tokenize(ids, c.String())
+		}
+		return true
+	})
+	return ids
 }
 
 // readBootstrap fills the bootstrap fields, normalised to one entry per item

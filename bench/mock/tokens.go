@@ -1,7 +1,5 @@
 package mock
 
-import "strings"
-
 // A deterministic stand-in for a tokenizer and a model: prompt words hash to
 // token ids, and every answer is the same word sequence, so tests can predict
 // exactly what an engine says.
@@ -48,16 +46,33 @@ func appendOutputText(b []byte, n int) []byte {
 	return b
 }
 
-// tokenize appends one id per whitespace-separated word of s (FNV-1a, kept
-// within a 32k vocabulary and clear of the output ids).
+// tokenize appends one id per word of s, words being split on ASCII
+// whitespace: FNV-1a of the word's bytes, kept within a 32k vocabulary and
+// clear of the output ids. It is the mock's whole tokenizer (the KV cache,
+// the upper bound and prompt_tokens all count these ids), so a load
+// generator that shares a word prefix between prompts shares a token prefix.
 func tokenize(dst []int32, s string) []int32 {
-	for _, w := range strings.Fields(s) {
-		h := uint32(2166136261)
-		for i := 0; i < len(w); i++ {
-			h ^= uint32(w[i])
-			h *= 16777619
+	const offset, prime = 2166136261, 16777619
+	h, inWord := uint32(offset), false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if asciiSpace[c] {
+			if inWord {
+				dst = append(dst, wordID(h))
+				h, inWord = offset, false
+			}
+			continue
 		}
-		dst = append(dst, int32(2000+h%30000))
+		h = (h ^ uint32(c)) * prime
+		inWord = true
+	}
+	if inWord {
+		dst = append(dst, wordID(h))
 	}
 	return dst
 }
+
+func wordID(h uint32) int32 { return int32(2000 + h%30000) }
+
+// asciiSpace marks the bytes that separate words: space, \t, \n, \v, \f, \r.
+var asciiSpace = [256]bool{' ': true, '\t': true, '\n': true, '\v': true, '\f': true, '\r': true}
