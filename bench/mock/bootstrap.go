@@ -381,6 +381,13 @@ func (k *kvState) record(rec RoomRecord) {
 	k.mu.Unlock()
 }
 
+// resetRooms forgets the recorded rooms.
+func (k *kvState) resetRooms() {
+	k.mu.Lock()
+	k.rooms, k.next = k.rooms[:0], 0
+	k.mu.Unlock()
+}
+
 // snapshot returns the recorded rooms oldest first and the registration state.
 func (k *kvState) snapshot() (rooms []RoomRecord, registered, failed bool) {
 	k.mu.Lock()

@@ -1,7 +1,9 @@
 // Package mock provides SGLang-shaped prefill and decode engines for pdlb's
-// end-to-end tests, its demo and its load benchmarks: the native /generate
-// API (plain and SSE), the OpenAI routes, the info and health routes, a
-// latency model with a bounded batch, and seeded fault injection.
+// end-to-end tests, its demo, its load benchmarks and its cluster simulator
+// (bench/sim): the native /generate API (plain and SSE), the OpenAI routes,
+// the info, health and load routes, a latency model (prefill slots, a KV
+// prefix cache reported as cached_tokens, a bounded batch whose decode slows
+// as it grows, a time scale), and seeded fault injection.
 package mock
 
 import (
@@ -45,17 +47,55 @@ type Options struct {
 	// sometimes do (default false).
 	KeepOpenAfterDone bool
 
-	// Latency model (issue 4).
+	// Latency model (issue 4; extended for the cluster simulator, issue 10:
+	// see latency.go and bench/sim).
 
-	// PrefillPerToken is the time per prompt token before the first output
-	// token, on both roles (a decode waits that long for the KV) (default 0).
+	// PrefillPerToken is a prefill engine's compute time per prompt token
+	// its KV cache does not hold; a decode without KVTransfers waits that
+	// long per prompt token for the KV (default 0).
 	PrefillPerToken time.Duration
+	// PrefillOverhead is a fixed time added to every prefill computation
+	// (default 0).
+	PrefillOverhead time.Duration
+	// PrefillSlots is how many prefills a prefill engine computes at once;
+	// the others wait in a FIFO queue. Only a prefill that takes time takes
+	// a slot (default 1: a GPU runs about one prefill at a time).
+	PrefillSlots int
+	// KVCacheTokens is the capacity of a prefill engine's KV prefix cache in
+	// tokens: prompts are cached by whole blocks of BlockSize tokens, least
+	// recently used blocks evicted first, and each answer reports the
+	// prompt tokens found cached as meta_info.cached_tokens (default 0: no
+	// cache).
+	KVCacheTokens int
+	// BlockSize is the KV cache's block in tokens (default 16).
+	BlockSize int
 	// DecodePerToken is the time per output token, for plain answers and
 	// between stream events (default 0: streams use TokenDelay).
 	DecodePerToken time.Duration
+	// DecodePerTokenPerBatch adds to DecodePerToken, for each output token,
+	// this much per request decoding on the engine at the time (default 0).
+	DecodePerTokenPerBatch time.Duration
 	// MaxBatch is the number of requests served at once; more wait in a FIFO
 	// queue (default 0: unlimited).
 	MaxBatch int
+	// TimeScale multiplies every modelled delay (PrefillPerToken,
+	// PrefillOverhead, DecodePerToken, DecodePerTokenPerBatch, TokenDelay,
+	// KVWaitTimeout), so that minutes of simulated traffic run in less
+	// (default 1; 0.2 runs five times faster).
+	TimeScale float64
+	// KVTransfers, when set, hands rooms from the prefill engines to the
+	// decode engines of one process: a decode waits for its room's prefill
+	// before its first token, and reports that prefill's cached tokens
+	// (default nil; see bench/sim).
+	KVTransfers *KVTransfers
+	// KVWaitTimeout bounds a decode's wait in KVTransfers (default 300s,
+	// SGLang's SGLANG_DISAGGREGATION_WAITING_TIMEOUT).
+	KVWaitTimeout time.Duration
+	// Seen, when set on the prefill engines of a cluster, records every
+	// prompt they receive, so each can count the prefix that any earlier
+	// request had (Stats.BestCachedTokens): the hit rate of an ideal router
+	// with unbounded caches (default nil).
+	Seen *PrefixSet
 
 	// Fault injection. Draws come from one generator seeded with Seed, made
 	// in a fixed order per request (error, stall, die), only for
@@ -91,7 +131,8 @@ type Options struct {
 	// It is where bootstrap behaviour plugs in: see bootstrap.go.
 	BeforeAnswer func(ctx context.Context, req *Request) error
 
-	// Clock tells the time (default time.Now); tests inject one for SlowStart.
+	// Clock tells the time (default time.Now); tests inject one for
+	// SlowStart and the occupancy figures of Stats.
 	Clock func() time.Time
 
 	// KV bootstrap (sglang-wire-protocol.md §3–§5; see bootstrap.go).
@@ -134,6 +175,9 @@ type Options struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
+// defaultKVWaitTimeout is Options.KVWaitTimeout's default.
+const defaultKVWaitTimeout = 300 * time.Second
+
 // StatusError is an error with the HTTP status a hook wants answered.
 type StatusError struct {
 	Code    int
@@ -156,10 +200,13 @@ type Engine struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
-	sched scheduler
-	stats stats
-	fast  fastAnswers
-	ids   atomic.Uint64
+	sched        scheduler    // the batch
+	prefillSlots scheduler    // a prefill engine's prefill slots
+	cache        *kvCache     // a prefill engine's KV prefix cache; nil: none
+	awaiting     atomic.Int64 // decode requests waiting for their KV
+	stats        stats
+	fast         fastAnswers
+	ids          atomic.Uint64
 
 	abortMu sync.Mutex
 	aborts  map[string]chan struct{} // in-flight requests by client rid
@@ -195,8 +242,21 @@ func New(opts Options, log zerolog.Logger) *Engine {
 	if opts.Sleep == nil {
 		opts.Sleep = pdlb.SleepContext
 	}
+	if opts.PrefillSlots <= 0 {
+		opts.PrefillSlots = 1
+	}
+	if opts.BlockSize <= 0 {
+		opts.BlockSize = defaultBlockSize
+	}
+	if opts.TimeScale <= 0 {
+		opts.TimeScale = 1
+	}
+	if opts.KVWaitTimeout <= 0 {
+		opts.KVWaitTimeout = defaultKVWaitTimeout
+	}
 	if opts.Fast {
 		opts.TokenDelay, opts.PrefillPerToken, opts.DecodePerToken, opts.MaxBatch = 0, 0, 0, 0
+		opts.PrefillOverhead, opts.DecodePerTokenPerBatch = 0, 0
 	}
 	e := &Engine{
 		opts:    opts,
@@ -207,7 +267,11 @@ func New(opts Options, log zerolog.Logger) *Engine {
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.kv.init()
-	e.sched.init(opts.MaxBatch)
+	e.sched.init(opts.MaxBatch, opts.Clock)
+	e.prefillSlots.init(opts.PrefillSlots, opts.Clock)
+	if opts.Role == RolePrefill {
+		e.cache = newKVCache(opts.KVCacheTokens, opts.BlockSize)
+	}
 	e.fast = buildFastAnswers(opts)
 	e.srv = &fasthttp.Server{
 		Handler:               e.Handler,

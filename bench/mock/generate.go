@@ -87,7 +87,9 @@ func (e *Engine) appendGenerateItem(b []byte, r *Request, item, tokens int, fini
 	b = appendInt(b, int64(r.promptTokens(item)))
 	b = append(b, `,"weight_version":"default","completion_tokens":`...)
 	b = appendInt(b, int64(tokens))
-	b = append(b, `,"cached_tokens":0,"e2e_latency":`...)
+	b = append(b, `,"cached_tokens":`...)
+	b = appendInt(b, int64(r.cachedTokens(item)))
+	b = append(b, `,"e2e_latency":`...)
 	b = appendFloat(b, elapsed.Seconds())
 	if r.ReturnLogprob {
 		b = append(b, `,"input_token_logprobs":`...)

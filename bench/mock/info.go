@@ -68,8 +68,10 @@ func (e *Engine) serveModels(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, b)
 }
 
-// serveFlushCache answers /flush_cache with SGLang's text.
+// serveFlushCache empties the KV cache and answers /flush_cache with
+// SGLang's text. (SGLang refuses while requests run; the mock flushes.)
 func (e *Engine) serveFlushCache(ctx *fasthttp.RequestCtx) {
+	e.FlushCache()
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("text/plain; charset=utf-8")
 	ctx.SetBodyString("Cache flushed.\nPlease check backend logs for more details. " +

@@ -65,3 +65,50 @@ func TestFastIgnoresLatency(t *testing.T) {
 		t.Errorf("fast mode kept delays: %+v", o)
 	}
 }
+
+func TestDecodeGapGrowsWithTheBatch(t *testing.T) {
+	e := New(Options{DecodePerToken: 10 * time.Millisecond, DecodePerTokenPerBatch: time.Millisecond, TimeScale: 0.5}, nopLog())
+	if got := e.decodeGap(); got != 5*time.Millisecond {
+		t.Errorf("empty batch: %v, want 10ms × 0.5", got)
+	}
+	e.sched.inFlight.Store(8)
+	if got := e.decodeGap(); got != 9*time.Millisecond {
+		t.Errorf("8 decoding: %v, want (10ms + 8 × 1ms) × 0.5", got)
+	}
+	if got := e.tokenGap(); got != 9*time.Millisecond {
+		t.Errorf("stream gap %v, want the decode model's", got)
+	}
+	plain := New(Options{TokenDelay: 4 * time.Millisecond, TimeScale: 0.25}, nopLog())
+	if got := plain.tokenGap(); got != time.Millisecond {
+		t.Errorf("TokenDelay gap %v, want 4ms × 0.25", got)
+	}
+}
+
+func TestOccupancyIntegratesSlotsHeld(t *testing.T) {
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	var s scheduler
+	s.init(2, clock)
+	tick := func() { now = now.Add(time.Second) }
+	s.acquire(nil, nil, 10) // t=0: 1 held
+	tick()
+	s.acquire(nil, nil, 20) // t=1: 2 held
+	if got := s.heldTokens.Load(); got != 30 {
+		t.Errorf("held tokens %d", got)
+	}
+	tick()
+	s.release(10) // t=2: 1 held
+	tick()
+	s.release(20) // t=3: none
+	tick()
+	o := s.snapshot() // t=4
+	want := Occupancy{Window: 4 * time.Second, Busy: 3 * time.Second, Held: 4 * time.Second, PeakRunning: 2}
+	if o != want {
+		t.Errorf("occupancy %+v, want %+v", o, want)
+	}
+	s.reset()
+	tick()
+	if o := s.snapshot(); o.Window != time.Second || o.Busy != 0 || o.PeakRunning != 0 {
+		t.Errorf("after reset %+v", o)
+	}
+}

@@ -151,13 +151,16 @@ func (e *Engine) appendChunk(b []byte, r *Request, model string, created int64, 
 	return append(b, `,"matched_stop":null}],"usage":null}`...)
 }
 
-// appendUsage appends {"prompt_tokens","total_tokens","completion_tokens"}.
-// As SGLang's UsageProcessor, it counts each prompt once however many
-// choices (n) it has.
+// appendUsage appends {"prompt_tokens","total_tokens","completion_tokens",
+// "prompt_tokens_details"}. As SGLang's UsageProcessor, it counts each
+// prompt once however many choices (n) it has, and gives
+// prompt_tokens_details as {"cached_tokens": N} when N > 0 (SGLang with
+// --enable-cache-report), else null.
 func appendUsage(b []byte, r *Request) []byte {
-	prompt := 0
-	for _, p := range r.prompts {
-		prompt += len(p)
+	prompt, cached := 0, 0
+	for p := range r.prompts {
+		prompt += len(r.prompts[p])
+		cached += r.cachedTokens(p * max(r.n, 1))
 	}
 	completion := r.MaxTokens * r.Items
 	b = append(b, `{"prompt_tokens":`...)
@@ -166,5 +169,10 @@ func appendUsage(b []byte, r *Request) []byte {
 	b = appendInt(b, int64(prompt+completion))
 	b = append(b, `,"completion_tokens":`...)
 	b = appendInt(b, int64(completion))
-	return append(b, `,"prompt_tokens_details":null}`...)
+	if cached == 0 {
+		return append(b, `,"prompt_tokens_details":null}`...)
+	}
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = appendInt(b, int64(cached))
+	return append(b, "}}"...)
 }

@@ -60,15 +60,32 @@ func openAIErrorType(code int) string {
 
 // admitted is a request that passed admission and holds a batch slot.
 type admitted struct {
-	r     *Request
-	fault fault
-	abort chan struct{}
-	timer *time.Timer
+	r      *Request
+	fault  fault
+	abort  chan struct{}
+	timer  *time.Timer
+	tokens int64 // what it counts for in the batch's load figures
 }
 
 // admit runs the common steps. It returns nil when it has already answered.
-// On success the caller owns a batch slot and must call e.finish.
+// On success the caller owns a batch slot and must call e.finish. A prefill
+// tells the decodes waiting for its rooms (KVTransfers) how it went.
 func (e *Engine) admit(ctx *fasthttp.RequestCtx, r *Request) *admitted {
+	a := e.admitSteps(ctx, r)
+	if e.opts.Role == RolePrefill && r.hasRoom {
+		if a != nil {
+			e.handOver(r, "")
+		} else {
+			e.handOver(r, "did not compute it")
+		}
+	}
+	return a
+}
+
+// admitSteps is admit without the hand-over: room check, bootstrap, hook,
+// fault draw, the decode's wait for its KV, a batch slot, stall, the
+// prefill's computation.
+func (e *Engine) admitSteps(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 	if r.Rid == "" {
 		r.Rid = e.newID()
 	}
@@ -101,7 +118,22 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 		e.reject(ctx, r, e.opts.ErrorStatus, "mock: injected error")
 		return nil
 	}
-	if !e.sched.acquire(e.stopping(), a.abort) {
+	a.timer = time.NewTimer(time.Hour)
+	a.timer.Stop()
+	prefill := e.opts.Role == RolePrefill
+	if prefill {
+		e.observe(r)
+	} else if err := e.awaitKV(a); err != nil {
+		e.unwatchAbort(r.Rid, a.abort)
+		code, msg := statusOf(err)
+		e.reject(ctx, r, code, msg)
+		return nil
+	}
+	a.tokens = int64(r.itemTokens())
+	if !prefill {
+		a.tokens += int64(r.MaxTokens * r.Items)
+	}
+	if !e.sched.acquire(e.stopping(), a.abort, a.tokens) {
 		e.unwatchAbort(r.Rid, a.abort)
 		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: request dropped while queued")
 		return nil
@@ -114,9 +146,7 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: stalled request released")
 		return nil
 	}
-	a.timer = time.NewTimer(time.Hour)
-	a.timer.Stop()
-	if !wait(a.timer, e.prefillTime(r), e.stopping(), a.abort) {
+	if prefill && !e.prefill(a) {
 		e.finish(a)
 		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: request aborted")
 		return nil
@@ -126,7 +156,7 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 
 // finish releases what admit took.
 func (e *Engine) finish(a *admitted) {
-	e.sched.release()
+	e.sched.release(a.tokens)
 	e.unwatchAbort(a.r.Rid, a.abort)
 }
 
@@ -167,7 +197,7 @@ func (e *Engine) decodeNonStream(ctx *fasthttp.RequestCtx, a *admitted, r *Reque
 		e.kill(ctx.Conn())
 		return false
 	}
-	if !wait(a.timer, e.decodeTime(r), e.stopping(), a.abort) {
+	if !e.decode(a, r.MaxTokens) {
 		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: request aborted")
 		return false
 	}

@@ -37,6 +37,8 @@ type Request struct {
 	MaxTokens int
 
 	prompts      [][]int32 // token ids per prompt
+	cached       []int     // per item: prompt tokens found in a KV cache (nil: none)
+	best         []int     // per item: prefix any earlier request had (Options.Seen)
 	hasRoom      bool
 	includeUsage bool
 	model        string
@@ -295,15 +297,45 @@ func firstString(v gjson.Result) string {
 	return ""
 }
 
-// promptTokens is the number of prompt tokens of item i.
-func (r *Request) promptTokens(i int) int {
+// prompt is item i's prompt: OpenAI choices share their prompt.
+func (r *Request) prompt(i int) []int32 {
 	if r.n > 1 {
 		i /= r.n
 	}
 	if i < len(r.prompts) {
-		return len(r.prompts[i])
+		return r.prompts[i]
+	}
+	return nil
+}
+
+// promptTokens is the number of prompt tokens of item i.
+func (r *Request) promptTokens(i int) int { return len(r.prompt(i)) }
+
+// itemTokens is the number of prompt tokens over all items.
+func (r *Request) itemTokens() int {
+	t := 0
+	for i := 0; i < r.Items; i++ {
+		t += r.promptTokens(i)
+	}
+	return t
+}
+
+// cachedTokens is the number of item i's prompt tokens a KV cache held:
+// SGLang's meta_info.cached_tokens.
+func (r *Request) cachedTokens(i int) int {
+	if i < len(r.cached) {
+		return r.cached[i]
 	}
 	return 0
+}
+
+func (r *Request) setCached(i, n int) {
+	if r.cached == nil {
+		r.cached = make([]int, r.Items)
+	}
+	if i < len(r.cached) {
+		r.cached[i] = n
+	}
 }
 
 // totalPromptTokens is the number of prompt tokens the engine must prefill.

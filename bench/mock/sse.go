@@ -38,7 +38,6 @@ func (e *Engine) stream(ctx *fasthttp.RequestCtx, a *admitted, steps int, event 
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	gap := e.tokenGap()
 	stop := e.stopping()
 	e.stats.streams.Add(1)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
@@ -62,7 +61,8 @@ func (e *Engine) stream(ctx *fasthttp.RequestCtx, a *admitted, steps int, event 
 				e.kill(conn)
 				return
 			}
-			if k > 0 && !wait(a.timer, gap, stop, a.abort) {
+			// The gap follows the batch as it changes during the stream.
+			if k > 0 && !wait(a.timer, e.tokenGap(), stop, a.abort) {
 				buf = event(buf[:0], k, finishAbort)
 				buf = append(buf, doneEvent...)
 				_, _ = w.Write(buf)

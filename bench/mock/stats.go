@@ -18,7 +18,8 @@ type Stats struct {
 	// Bodies are the most recent POST/PUT requests, oldest first (up to 64; copies).
 	Bodies []RecordedBody
 	// InFlight is the number of generation requests holding a batch slot now;
-	// MaxInFlight the most there ever were at once; Queued those waiting for one.
+	// MaxInFlight the most there were at once since New or ResetStats;
+	// Queued those waiting for one.
 	InFlight, MaxInFlight, Queued int64
 	// Streams is the number of stream bodies being written now (kept-open
 	// ones included); it drops when a stream ends or sees its client leave.
@@ -30,6 +31,22 @@ type Stats struct {
 	Aborted []string
 	// OutputTokens counts generated tokens.
 	OutputTokens int64
+	// InputTokens counts the prompt tokens of the requests computed (a
+	// prefill) or answered (a decode), item by item; CachedTokens those of
+	// them a KV cache held: the prefill's own, or for a decode with
+	// KVTransfers its prefills'. BestCachedTokens (a prefill with
+	// Options.Seen) counts those any earlier request to the cluster's
+	// prefills had: CachedTokens ÷ InputTokens is the hit rate,
+	// BestCachedTokens ÷ InputTokens its upper bound.
+	InputTokens, CachedTokens, BestCachedTokens int64
+	// KVCacheTokens is how many tokens the KV cache holds now.
+	KVCacheTokens int64
+	// Batch is the batch's occupancy (the figures above InFlight,
+	// MaxInFlight and Queued come from it), PrefillSlots that of a prefill
+	// engine's prefill slots.
+	Batch, PrefillSlots Occupancy
+	// AwaitingKV is the number of decode requests waiting for their KV.
+	AwaitingKV int64
 	// Rooms are the most recent bootstrap rooms handled (up to 64), oldest
 	// first: the DP rank a prefill dispatched each to, or the prefill DP rank
 	// a decode with Options.Lookup resolved (other decodes record none).
@@ -51,6 +68,8 @@ type stats struct {
 	requests                 [len(routePaths)]atomic.Int64
 	injected, stalls, deaths atomic.Int64
 	outputTokens             atomic.Int64
+	inputTokens              atomic.Int64
+	cachedTokens, bestTokens atomic.Int64
 	streams                  atomic.Int64
 
 	mu      sync.Mutex
@@ -91,16 +110,24 @@ func (s *stats) addAborted(rid string) {
 // Stats returns a snapshot of the engine's counters and recorded bodies.
 func (e *Engine) Stats() Stats {
 	s := &e.stats
+	batch := e.sched.snapshot()
 	out := Stats{
-		Requests:     make(map[string]int64),
-		InFlight:     e.sched.inFlight.Load(),
-		MaxInFlight:  e.sched.peak.Load(),
-		Queued:       e.sched.queued.Load(),
-		Injected:     s.injected.Load(),
-		Stalls:       s.stalls.Load(),
-		Deaths:       s.deaths.Load(),
-		OutputTokens: s.outputTokens.Load(),
-		Streams:      s.streams.Load(),
+		Requests:         make(map[string]int64),
+		InFlight:         batch.Running,
+		MaxInFlight:      batch.PeakRunning,
+		Queued:           batch.Queued,
+		Injected:         s.injected.Load(),
+		Stalls:           s.stalls.Load(),
+		Deaths:           s.deaths.Load(),
+		OutputTokens:     s.outputTokens.Load(),
+		InputTokens:      s.inputTokens.Load(),
+		CachedTokens:     s.cachedTokens.Load(),
+		BestCachedTokens: s.bestTokens.Load(),
+		KVCacheTokens:    int64(e.cache.cachedTokens()),
+		Batch:            batch,
+		PrefillSlots:     e.prefillSlots.snapshot(),
+		AwaitingKV:       e.awaiting.Load(),
+		Streams:          s.streams.Load(),
 	}
 	for i := range s.requests {
 		if n := s.requests[i].Load(); n > 0 {
@@ -125,3 +152,26 @@ func (e *Engine) Stats() Stats {
 	out.Rooms, out.Registered, out.RegistrationFailed = e.kv.snapshot()
 	return out
 }
+
+// ResetStats starts the counters afresh: requests, faults, tokens, recorded
+// bodies, aborts and rooms are forgotten, peaks restart from now and the
+// occupancy window starts now. The KV cache is kept (see FlushCache).
+func (e *Engine) ResetStats() {
+	s := &e.stats
+	for i := range s.requests {
+		s.requests[i].Store(0)
+	}
+	for _, c := range []*atomic.Int64{&s.injected, &s.stalls, &s.deaths, &s.outputTokens, &s.inputTokens, &s.cachedTokens, &s.bestTokens} {
+		c.Store(0)
+	}
+	s.mu.Lock()
+	s.next, s.n = 0, 0
+	s.aborted = nil
+	s.mu.Unlock()
+	e.kv.resetRooms()
+	e.sched.reset()
+	e.prefillSlots.reset()
+}
+
+// FlushCache empties the KV prefix cache, as POST /flush_cache does.
+func (e *Engine) FlushCache() { e.cache.flush() }
