@@ -18,13 +18,15 @@ const (
 	pathModels         = "/v1/models"
 	pathFlushCache     = "/flush_cache"
 	pathAbort          = "/abort_request"
+	pathLoads          = "/v1/loads"
+	pathGetLoad        = "/get_load"
 )
 
 // routeIndex numbers the routes for lock-free counters; 0 is "unknown".
 var routePaths = [...]string{
 	"(unknown)", pathGenerate, pathChat, pathCompletions, pathHealth, pathHealthGenerate,
 	pathServerInfo, pathGetServerInfo, pathModelInfo, pathGetModelInfo, pathModels,
-	pathFlushCache, pathAbort,
+	pathFlushCache, pathAbort, pathLoads, pathGetLoad,
 }
 
 // Handler serves one request; it is the engine's whole HTTP surface.
@@ -57,6 +59,10 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 		route = 11
 	case pathAbort:
 		route = 12
+	case pathLoads:
+		route = 13
+	case pathGetLoad:
+		route = 14
 	}
 	e.stats.count(route)
 	if ctx.IsPost() || ctx.IsPut() {
@@ -114,6 +120,16 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		e.serveAbort(ctx)
+	case 13, 14:
+		if !get {
+			methodNotAllowed(ctx)
+			return
+		}
+		if route == 13 {
+			e.serveLoads(ctx)
+		} else {
+			e.serveGetLoad(ctx)
+		}
 	default:
 		// FastAPI's answers for unknown paths and methods.
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
