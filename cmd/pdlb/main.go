@@ -1,5 +1,5 @@
 // Command pdlb is a load balancer for prefill/decode disaggregated LLM
-// serving: `pdlb serve`, `pdlb demo`, `pdlb mock`, `pdlb bench`,
+// serving: `pdlb serve`, `pdlb demo`, `pdlb mock`, `pdlb sim`, `pdlb bench`,
 // `pdlb check-config FILE`, `pdlb version`.
 package main
 
@@ -19,6 +19,8 @@ Usage:
   pdlb demo                      run mock engines and pdlb on the embedded config.yaml
   pdlb mock --role prefill|decode --port N [--fast] [--token-delay D] [--output-len N]
             [--dp N --tp N --bootstrap URL --register-delay D --fail-fast] [fault flags; see pdlb mock -h]
+  pdlb sim [--prefill N --decode M --base-port P --stats-port S] [model flags; see pdlb sim -h]
+                                 a simulated cluster: N prefill + M decode engines with KV caches
   pdlb bench [flags]             load generator (see pdlb bench -h)
   pdlb check-config FILE         validate a config file and exit
   pdlb version
@@ -57,6 +59,8 @@ func run(args []string) error {
 		return demo(rest)
 	case "mock":
 		return mockCmd(rest)
+	case "sim":
+		return simCmd(rest)
 	case "bench":
 		return benchCmd(rest)
 	case "check-config":

@@ -6,7 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"pdlb/proxy/proxytest"
 )
+
+// TestMain fails the package when a test leaves a goroutine behind (a
+// subcommand that does not stop cleanly).
+func TestMain(m *testing.M) { proxytest.RunWithLeakCheck(m) }
 
 // exitCode is what main would exit with for err.
 func exitCode(err error) int {
