@@ -200,13 +200,14 @@ type Engine struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
-	sched        scheduler    // the batch
-	prefillSlots scheduler    // a prefill engine's prefill slots
-	cache        *kvCache     // a prefill engine's KV prefix cache; nil: none
-	awaiting     atomic.Int64 // decode requests waiting for their KV
-	stats        stats
-	fast         fastAnswers
-	ids          atomic.Uint64
+	sched          scheduler    // the batch
+	prefillSlots   scheduler    // a prefill engine's prefill slots
+	cache          *kvCache     // a prefill engine's KV prefix cache; nil: none
+	awaiting       atomic.Int64 // decode requests waiting for their KV
+	awaitingTokens atomic.Int64 // and their tokens (prompt + output)
+	stats          stats
+	fast           fastAnswers
+	ids            atomic.Uint64
 
 	abortMu sync.Mutex
 	aborts  map[string]chan struct{} // in-flight requests by client rid

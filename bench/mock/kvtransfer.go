@@ -178,8 +178,13 @@ func (e *Engine) waitKV(a *admitted) error {
 		}
 		return nil
 	}
+	tokens := int64(r.itemTokens() + r.MaxTokens*r.Items)
 	e.awaiting.Add(1)
-	defer e.awaiting.Add(-1)
+	e.awaitingTokens.Add(tokens)
+	defer func() {
+		e.awaiting.Add(-1)
+		e.awaitingTokens.Add(-tokens)
+	}()
 	a.timer.Reset(e.scaled(e.opts.KVWaitTimeout))
 	defer a.timer.Stop()
 	for i := 0; i < r.Items; i++ {

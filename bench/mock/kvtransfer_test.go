@@ -33,6 +33,11 @@ func TestDecodeWaitsForItsRoomsPrefill(t *testing.T) {
 		got <- answer{status, b}
 	}()
 	eventually(t, 2*time.Second, "the decode waiting for its KV", func() bool { return d.Stats().AwaitingKV == 1 })
+	// Its load counts it as waiting, with its 9 prompt and 2 output tokens.
+	_, lb, _ := do(t, "GET", durl+"/get_load", "")
+	if l := path(decode(t, lb), 0); path(l, "num_waiting_reqs") != 1.0 || path(l, "num_tokens") != 11.0 || path(l, "num_pending_tokens") != 11.0 {
+		t.Errorf("/get_load while waiting for the KV: %s", lb)
+	}
 	select {
 	case a := <-got:
 		t.Fatalf("the decode answered before its prefill ran: %d %s", a.status, a.body)

@@ -51,7 +51,7 @@ func (e *Engine) load() engineLoad {
 		}
 	}
 	l.waiting = b.queued.Load() + p.queued.Load() + e.awaiting.Load()
-	l.total = l.usedTokens + b.queuedTokens.Load() + p.queuedTokens.Load()
+	l.total = l.usedTokens + b.queuedTokens.Load() + p.queuedTokens.Load() + e.awaitingTokens.Load()
 	l.maxTokens = int64(e.opts.KVCacheTokens)
 	if l.maxTokens > 0 {
 		l.tokenUsage = float64(l.usedTokens) / float64(l.maxTokens)
