@@ -47,9 +47,9 @@
 //     which is what a better policy can win back. Prefix reuse lowers the
 //     utilisation of every policy, more for those that find the cache.
 //   - Decode: 20ms per token + 0.5ms per request in the batch. At the
-//     reference load each decode holds about 7 requests: 23.5ms per token,
-//     1.5s for 64 tokens. MaxBatch 64 is never reached unless a policy
-//     piles requests on one decode.
+//     reference load each decode receives 5 req/s and, by Little's law,
+//     holds about 8 of them: 24ms per token, 1.5s for 64 tokens. MaxBatch
+//     64 is never reached unless a policy piles requests on one decode.
 //   - KV cache: 64Ki tokens per prefill engine, about 50 average prompts:
 //     one engine cannot hold a workload of a few hundred distinct prefixes,
 //     the four together hold four times more, so where a prefix is computed
