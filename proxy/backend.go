@@ -139,6 +139,12 @@ func (b *Backend) SetBootstrap(port *int, advertiseHost string, defaultPort int)
 		(old.Port != nil && *old.Port != *next.Port)
 }
 
+// Key is the URL's normalised form ("http://engine-1:80" for
+// "http://Engine-1/"): every spelling of the engine's URL, in every pdlb
+// replica, has the same one, so policies that must agree across replicas
+// hash it rather than URL.
+func (b *Backend) Key() string { return b.key }
+
 // InFlight is the number of requests currently using the backend.
 func (b *Backend) InFlight() int64 { return b.inflight.Load() }
 
