@@ -212,4 +212,42 @@ type Policy struct {
 	// routed_dp_rank when it is DP), and the room keeps room % dp_size ==
 	// rank. A client's explicit rank always wins. Default false.
 	DPAware bool `koanf:"dp_aware"`
+	// PrefixHash tunes the prefix_hash policy.
+	PrefixHash PrefixHash `koanf:"prefix_hash"`
+	// ConsistentHashing tunes the consistent_hashing policy.
+	ConsistentHashing ConsistentHashing `koanf:"consistent_hashing"`
+}
+
+// PrefixHash tunes prefix_hash: the first bytes of a request's prompt pick
+// its backend by rendezvous hashing, so prompts that begin alike meet on one
+// backend and its prefix cache, and every pdlb replica agrees where.
+type PrefixHash struct {
+	// PrefixBytes is how many bytes of the prompt, as its raw JSON, make the
+	// key; a shorter prompt is hashed whole. About SGLang's 256 tokens of
+	// text at ~4 bytes a token: long enough to tell system prompts and
+	// templates apart, and every later turn of a conversation begins with
+	// the same bytes. Default 1024.
+	PrefixBytes int `koanf:"prefix_bytes"`
+	// LoadFactor bounds what a key's backend may take: a backend takes a
+	// key only while its requests in flight are below ceil(load_factor ×
+	// (in flight over the available backends + 1) ÷ available backends),
+	// else the key goes to its next backend in hash order (consistent
+	// hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam). At
+	// least 1 (strict balance); 1.25 is SGLang's prefix_hash default too.
+	// Default 1.25.
+	LoadFactor float64 `koanf:"load_factor"`
+}
+
+// ConsistentHashing tunes consistent_hashing: a routing key sent by the
+// client picks the backend by rendezvous hashing (a session sticks to one).
+type ConsistentHashing struct {
+	// Header names the request header that carries the routing key; a
+	// request without it goes to the less loaded of two random backends.
+	// Default "X-Session-ID".
+	Header string `koanf:"header"`
+	// LoadFactor bounds a backend's share as prefix_hash.load_factor does.
+	// At least 1. Looser than prefix_hash's because moving a session
+	// forfeits its whole conversation's cache, not one shared prefix
+	// (SGLang's bounded consistent hashing allows 1.5 too). Default 1.5.
+	LoadFactor float64 `koanf:"load_factor"`
 }

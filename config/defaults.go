@@ -67,6 +67,11 @@ func Default() Config {
 		},
 		Admin:   Admin{Host: "127.0.0.1", Port: 8001},
 		Metrics: Metrics{Enabled: true},
-		Policy:  Policy{Prefill: "random", Decode: "random"},
+		Policy: Policy{
+			Prefill:           "random",
+			Decode:            "random",
+			PrefixHash:        PrefixHash{PrefixBytes: 1024, LoadFactor: 1.25},
+			ConsistentHashing: ConsistentHashing{Header: "X-Session-ID", LoadFactor: 1.5},
+		},
 	}
 }

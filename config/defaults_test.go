@@ -31,6 +31,10 @@ func TestDefault(t *testing.T) {
 		{"metrics.enabled", d.Metrics.Enabled, true},
 		{"policy.prefill", d.Policy.Prefill, "random"},
 		{"policy.decode", d.Policy.Decode, "random"},
+		{"policy.prefix_hash.prefix_bytes", d.Policy.PrefixHash.PrefixBytes, 1024},
+		{"policy.prefix_hash.load_factor", d.Policy.PrefixHash.LoadFactor, 1.25},
+		{"policy.consistent_hashing.header", d.Policy.ConsistentHashing.Header, "X-Session-ID"},
+		{"policy.consistent_hashing.load_factor", d.Policy.ConsistentHashing.LoadFactor, 1.5},
 		{"prefill", len(d.Prefill), 0},
 		{"decode", len(d.Decode), 0},
 	}

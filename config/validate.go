@@ -231,8 +231,44 @@ func (c *Config) checkHealth() *Error {
 var Policies = []string{"random", "round_robin", "power_of_two"}
 
 func (c *Config) checkPolicy() *Error {
-	if err := oneOf("policy.prefill", c.Policy.Prefill, Policies...); err != nil {
+	p := c.Policy
+	if err := oneOf("policy.prefill", p.Prefill, Policies...); err != nil {
 		return err
 	}
-	return oneOf("policy.decode", c.Policy.Decode, Policies...)
+	if err := oneOf("policy.decode", p.Decode, Policies...); err != nil {
+		return err
+	}
+	if p.PrefixHash.PrefixBytes < 1 {
+		return errorf("policy.prefix_hash.prefix_bytes", fmt.Sprintf("%d must be at least 1", p.PrefixHash.PrefixBytes))
+	}
+	if err := checkLoadFactor("policy.prefix_hash.load_factor", p.PrefixHash.LoadFactor); err != nil {
+		return err
+	}
+	if !isToken(p.ConsistentHashing.Header) {
+		return errorf("policy.consistent_hashing.header", fmt.Sprintf("%q is not a header name", p.ConsistentHashing.Header))
+	}
+	return checkLoadFactor("policy.consistent_hashing.load_factor", p.ConsistentHashing.LoadFactor)
+}
+
+// checkLoadFactor refuses a bound below 1: below the mean load no backend
+// could take a request.
+func checkLoadFactor(key string, f float64) *Error {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 1 {
+		return errorf(key, fmt.Sprintf("%v must be a number of at least 1", f))
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as header names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
