@@ -228,7 +228,7 @@ func (c *Config) checkHealth() *Error {
 }
 
 // Policies are the selection policies a role may use (router/policy).
-var Policies = []string{"random", "round_robin", "power_of_two"}
+var Policies = []string{"random", "round_robin", "power_of_two", "prefix_hash", "consistent_hashing"}
 
 func (c *Config) checkPolicy() *Error {
 	p := c.Policy

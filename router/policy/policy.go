@@ -59,6 +59,10 @@ func New(name string, role proxy.Role, cfg config.Policy) (Policy, error) {
 		return &RoundRobin{}, nil
 	case "power_of_two":
 		return newPowerOfTwo(role), nil
+	case "prefix_hash":
+		return newPrefixHash(role, cfg.PrefixHash)
+	case "consistent_hashing":
+		return newConsistentHashing(role, cfg.ConsistentHashing)
 	}
 	return nil, fmt.Errorf("policy %q: not one of %v", name, config.Policies)
 }
