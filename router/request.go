@@ -40,6 +40,10 @@ type request struct {
 	// written on conn by finish's caller).
 	resp    *fasthttp.Response
 	release func() // the admission slot; nil until admitted
+	// key is the routing key (policy.Request.Key), read only while a keyed
+	// policy is in force; it points into the request context, so a stream
+	// holds a copy.
+	key string
 
 	// What the log line says.
 	prefill, decode             string
@@ -55,6 +59,9 @@ func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {
 	now := r.clock.Now()
 	q := request{r: r, route: route, id: requestID(ctx), start: now, conn: ctx.Conn(), resp: &ctx.Response, body: ctx.PostBody()}
 	q.deadline = now.Add(r.cfg().Timeout.Request)
+	if h := r.policies.Load().keyHeader; h != "" {
+		q.key = b2s(ctx.Request.Header.Peek(h))
+	}
 	ctx.Response.Header.Set(proxy.HeaderRequestID, q.id)
 	return q
 }
@@ -154,7 +161,7 @@ func (q *request) log(elapsed time.Duration) {
 
 // policyRequest is what the selection policies see of the request.
 func (q *request) policyRequest() policy.Request {
-	pr := policy.Request{}
+	pr := policy.Request{Key: q.key}
 	if sp := q.parsed.prompt; sp.end > sp.start {
 		pr.Prompt = q.body[sp.start:sp.end]
 	}

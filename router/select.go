@@ -11,6 +11,9 @@ import (
 // policies are the selection policies of the two roles.
 type policies struct {
 	prefill, decode policy.Policy
+	// keyHeader names the request header a keyed policy routes by
+	// (policy.Request.Key); "" when none is in force, and no header is read.
+	keyHeader string
 }
 
 // newPolicies builds the configured policies. The names were validated
@@ -23,7 +26,13 @@ func newPolicies(c config.Policy) *policies {
 		}
 		return p
 	}
-	return &policies{prefill: build(c.Prefill, proxy.Prefill), decode: build(c.Decode, proxy.Decode)}
+	ps := &policies{prefill: build(c.Prefill, proxy.Prefill), decode: build(c.Decode, proxy.Decode)}
+	for _, p := range [2]policy.Policy{ps.prefill, ps.decode} {
+		if k, keyed := p.(policy.Keyed); keyed {
+			ps.keyHeader = k.KeyHeader()
+		}
+	}
+	return ps
 }
 
 // pickPair decides the request's prefill and decode in one step: the

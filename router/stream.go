@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"net"
+	"strings"
 
 	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
@@ -23,6 +24,8 @@ func (q *request) serveStreamAsync(ctx *fasthttp.RequestCtx) {
 	s.own.B = append(s.own.B[:0], q.body...)
 	s.body = s.own.B
 	s.resp = nil // ctx.Response is recycled; the stream writes its own
+	// The routing key, too, points into the recycled context.
+	s.key = strings.Clone(q.key)
 	q.r.streams.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
