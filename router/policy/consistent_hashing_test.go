@@ -12,8 +12,8 @@ import (
 // backends, logged as rank -1; one with a key goes to its home.
 func TestConsistentHashingWithoutKey(t *testing.T) {
 	bs := backends(t, 2)
-	p := sessions(t)
-	home, _ := p.Pick(key(1), bs, all)
+	p := sessionPolicy(t)
+	home, _ := p.Pick(sessionKey(1), bs, all)
 	other := bs[0]
 	if other == home {
 		other = bs[1]
@@ -25,7 +25,7 @@ func TestConsistentHashingWithoutKey(t *testing.T) {
 		}
 	}
 	// With its home at 1 of ceil(1.5 × 2 ÷ 2) = 2, the key stays.
-	if b, why := p.Pick(key(1), bs, all); b != home || why.Value != 0 {
+	if b, why := p.Pick(sessionKey(1), bs, all); b != home || why.Value != 0 {
 		t.Fatalf("the key went to %s (%v), want its home", b.URL, why)
 	}
 }

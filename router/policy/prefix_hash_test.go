@@ -9,7 +9,7 @@ import (
 	"pdlb/proxy"
 )
 
-func prefixHash(t testing.TB, prefixBytes int) *PrefixHash {
+func prefixHashPolicy(t testing.TB, prefixBytes int) *PrefixHash {
 	t.Helper()
 	c := config.Default().Policy.PrefixHash
 	c.PrefixBytes = prefixBytes
@@ -25,8 +25,8 @@ func prefixHash(t testing.TB, prefixBytes int) *PrefixHash {
 // (consistent_hashing) must land where prefix_hash does.
 func TestPrefixHashKey(t *testing.T) {
 	bs := backends(t, 8)
-	p := prefixHash(t, 32)
-	byKey := sessions(t)
+	p := prefixHashPolicy(t, 32)
+	byKey := sessionPolicy(t)
 	system := `"You are a terse assistant. Answer in one line.`
 	cases := []struct {
 		name, prompt, key string
@@ -51,7 +51,7 @@ func TestPrefixHashKey(t *testing.T) {
 // Prompts that differ within the prefix spread over the backends.
 func TestPrefixHashSpreads(t *testing.T) {
 	bs := backends(t, 4)
-	p := prefixHash(t, 1024)
+	p := prefixHashPolicy(t, 1024)
 	homes := map[*proxy.Backend]int{}
 	for i := range 4000 {
 		prompt := `"user ` + strconv.Itoa(i) + `: ` + strings.Repeat("same tail ", 200) + `"`
@@ -70,7 +70,7 @@ func TestPrefixHashSpreads(t *testing.T) {
 func TestPrefixHashNoPrompt(t *testing.T) {
 	bs := backends(t, 3)
 	withInFlight(t, bs[0], 2)
-	p := prefixHash(t, 1024)
+	p := prefixHashPolicy(t, 1024)
 	for range 50 {
 		b, why := p.Pick(Request{}, bs, only(bs[0], bs[2]))
 		if b != bs[2] || why != (Reason{"decode_hash_rank", -1}) {
@@ -92,7 +92,7 @@ func TestNewHashPolicies(t *testing.T) {
 	if p, _ := New("consistent_hashing", proxy.Prefill, def); p.(Keyed).KeyHeader() != "X-Session-ID" {
 		t.Error("consistent_hashing does not ask for its header")
 	}
-	if _, keyed := Policy(prefixHash(t, 1)).(Keyed); keyed {
+	if _, keyed := Policy(prefixHashPolicy(t, 1)).(Keyed); keyed {
 		t.Error("prefix_hash asks for a key header")
 	}
 	bad := []struct {
@@ -121,7 +121,7 @@ func BenchmarkPrefixHashPick(b *testing.B) {
 	for _, n := range []int{4, 16, 64} {
 		b.Run("backends="+strconv.Itoa(n), func(b *testing.B) {
 			bs := benchBackends(b, n)
-			p := prefixHash(b, config.Default().Policy.PrefixHash.PrefixBytes)
+			p := prefixHashPolicy(b, config.Default().Policy.PrefixHash.PrefixBytes)
 			req := Request{Prompt: prompt}
 			b.ReportAllocs()
 			for b.Loop() {

@@ -41,29 +41,30 @@ func newRendezvous(role proxy.Role, loadFactor float64) rendezvous {
 	return rendezvous{loadFactor: loadFactor, reasonKey: role.String() + "_hash_rank", keyless: newPowerOfTwo(role)}
 }
 
-// scored is one candidate of a pick.
-type scored struct {
+// rendezvousCand is one candidate of a pick.
+type rendezvousCand struct {
 	score uint64
 	load  int64
 	ok    bool
 }
 
-// stackCands is how many candidates a pick scores without allocating.
-const stackCands = 64
+// rendezvousStack is how many candidates a pick scores on the stack; a
+// larger pool allocates one slice per pick.
+const rendezvousStack = 64
 
 // pick returns the first acceptable backend under the bound in key's
 // order, or nil when ok accepts none.
 func (h *rendezvous) pick(key uint64, cands []*proxy.Backend, ok func(*proxy.Backend) bool) (*proxy.Backend, Reason) {
-	var buf [stackCands]scored
+	var buf [rendezvousStack]rendezvousCand
 	s := buf[:0]
-	if len(cands) > stackCands {
-		s = make([]scored, 0, len(cands))
+	if len(cands) > rendezvousStack {
+		s = make([]rendezvousCand, 0, len(cands))
 	}
 	// One pass asks ok and reads the loads once, so the bound and the
 	// choice see the same numbers.
 	n, total := 0, int64(0)
 	for _, b := range cands {
-		c := scored{score: score(key, b)}
+		c := rendezvousCand{score: rendezvousScore(key, b)}
 		if ok(b) {
 			c.ok, c.load = true, b.InFlight()
 			n++
@@ -77,7 +78,7 @@ func (h *rendezvous) pick(key uint64, cands []*proxy.Backend, ok func(*proxy.Bac
 	// The least loaded acceptable backend is always under the bound (its
 	// load is at most total/n < (total+1)/n ≤ bound, as loadFactor ≥ 1),
 	// so best is found.
-	bound := capacity(h.loadFactor, total, n)
+	bound := loadBound(h.loadFactor, total, n)
 	best := -1
 	for i, c := range s {
 		if c.ok && c.load < bound && (best < 0 || c.score > s[best].score) {
@@ -103,17 +104,17 @@ func (h *rendezvous) pickKeyless(req Request, cands []*proxy.Backend, ok func(*p
 	return b, Reason{h.reasonKey, -1}
 }
 
-// capacity is the bound: a backend takes a key while its load is below it.
-func capacity(loadFactor float64, total int64, n int) int64 {
+// loadBound is the bound: a backend takes a key while its load is below it.
+func loadBound(loadFactor float64, total int64, n int) int64 {
 	return int64(math.Ceil(loadFactor * float64(total+1) / float64(n)))
 }
 
-// score is b's weight for the key: the key's hash mixed with the hash of
-// b's normalised URL (Backend.Key, the same in every replica however its
-// config spells the URL). The mix is SplitMix64's finaliser, a bijection
-// that spreads every input bit over the output, so the order of two
-// backends is a fair coin over keys.
-func score(key uint64, b *proxy.Backend) uint64 {
+// rendezvousScore is b's weight for the key: the key's hash mixed with the
+// hash of b's normalised URL (Backend.Key, the same in every replica
+// however its config spells the URL). The mix is SplitMix64's finaliser, a
+// bijection that spreads every input bit over the output, so the order of
+// two backends is a fair coin over keys.
+func rendezvousScore(key uint64, b *proxy.Backend) uint64 {
 	x := key ^ xxhash.Sum64String(b.Key())
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9

@@ -10,9 +10,9 @@ import (
 	"pdlb/proxy"
 )
 
-// sessions builds a consistent_hashing policy with the default load factor:
+// sessionPolicy builds a consistent_hashing policy with the default load factor:
 // the rendezvous tests drive it by Request.Key.
-func sessions(t *testing.T) *ConsistentHashing {
+func sessionPolicy(t *testing.T) *ConsistentHashing {
 	t.Helper()
 	p, err := newConsistentHashing(proxy.Decode, config.Default().Policy.ConsistentHashing)
 	if err != nil {
@@ -21,15 +21,15 @@ func sessions(t *testing.T) *ConsistentHashing {
 	return p
 }
 
-func key(i int) Request { return Request{Key: "session-" + strconv.Itoa(i)} }
+func sessionKey(i int) Request { return Request{Key: "session-" + strconv.Itoa(i)} }
 
-// order lists cands in key's order: its home first, then where it goes
+// keyOrder lists cands in req's key order: its home first, then where it goes
 // when the ones before are unavailable.
-func order(t *testing.T, p Policy, req Request, cands []*proxy.Backend) []*proxy.Backend {
+func keyOrder(t *testing.T, p Policy, req Request, cands []*proxy.Backend) []*proxy.Backend {
 	t.Helper()
 	var out []*proxy.Backend
 	for range cands {
-		b, why := p.Pick(req, cands, func(b *proxy.Backend) bool { return !contains(out, b) })
+		b, why := p.Pick(req, cands, func(b *proxy.Backend) bool { return !listed(out, b) })
 		if why.Value != float64(len(out)) {
 			t.Fatalf("the backend after %d unavailable ones has rank %v", len(out), why.Value)
 		}
@@ -38,7 +38,7 @@ func order(t *testing.T, p Policy, req Request, cands []*proxy.Backend) []*proxy
 	return out
 }
 
-func contains(list []*proxy.Backend, b *proxy.Backend) bool {
+func listed(list []*proxy.Backend, b *proxy.Backend) bool {
 	for _, x := range list {
 		if x == b {
 			return true
@@ -49,14 +49,14 @@ func contains(list []*proxy.Backend, b *proxy.Backend) bool {
 
 func TestRendezvousSameKeySameBackend(t *testing.T) {
 	bs := backends(t, 8)
-	p := sessions(t)
+	p := sessionPolicy(t)
 	for i := range 100 {
-		home, why := p.Pick(key(i), bs, all)
+		home, why := p.Pick(sessionKey(i), bs, all)
 		if why != (Reason{"decode_hash_rank", 0}) {
 			t.Fatalf("key %d: reason %v, want rank 0 (its home)", i, why)
 		}
 		for range 3 {
-			if b, _ := p.Pick(key(i), bs, all); b != home {
+			if b, _ := p.Pick(sessionKey(i), bs, all); b != home {
 				t.Fatalf("key %d went to %s, then to %s", i, home.URL, b.URL)
 			}
 		}
@@ -80,10 +80,10 @@ func TestRendezvousReplicasAgree(t *testing.T) {
 		b = append(b, backendAt(t, s[1]))
 	}
 	rand.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
-	p, q := sessions(t), sessions(t)
+	p, q := sessionPolicy(t), sessionPolicy(t)
 	for i := range 1000 {
-		x, _ := p.Pick(key(i), a, all)
-		y, _ := q.Pick(key(i), b, all)
+		x, _ := p.Pick(sessionKey(i), a, all)
+		y, _ := q.Pick(sessionKey(i), b, all)
 		if x.Key() != y.Key() {
 			t.Fatalf("key %d: one replica picked %s, the other %s", i, x.URL, y.URL)
 		}
@@ -101,11 +101,11 @@ func backendAt(t *testing.T, url string) *proxy.Backend {
 
 func TestRendezvousSpreadsKeysEvenly(t *testing.T) {
 	bs := backends(t, 8)
-	p := sessions(t)
+	p := sessionPolicy(t)
 	homes := map[*proxy.Backend]int{}
 	const keys = 16000
 	for i := range keys {
-		b, _ := p.Pick(key(i), bs, all)
+		b, _ := p.Pick(sessionKey(i), bs, all)
 		homes[b]++
 	}
 	// 2,000 keys each expected; the binomial spread is about 42, so
@@ -121,19 +121,19 @@ func TestRendezvousSpreadsKeysEvenly(t *testing.T) {
 // keys, each from its old home, and one that leaves gives away only its own.
 func TestRendezvousMovesFewKeys(t *testing.T) {
 	bs := backends(t, 9)
-	p := sessions(t)
+	p := sessionPolicy(t)
 	const keys = 18000
 	joined, left := 0, 0
 	for i := range keys {
-		before, _ := p.Pick(key(i), bs[:8], all)
-		after, _ := p.Pick(key(i), bs, all)
+		before, _ := p.Pick(sessionKey(i), bs[:8], all)
+		after, _ := p.Pick(sessionKey(i), bs, all)
 		if after != before {
 			joined++
 			if after != bs[8] {
 				t.Fatalf("key %d moved from %s to %s, not to the backend that joined", i, before.URL, after.URL)
 			}
 		}
-		without, _ := p.Pick(key(i), bs[1:8], all)
+		without, _ := p.Pick(sessionKey(i), bs[1:8], all)
 		if without != before {
 			left++
 			if before != bs[0] {
@@ -154,9 +154,9 @@ func TestRendezvousMovesFewKeys(t *testing.T) {
 // ceil(1.5 × (in flight + 1) ÷ 4); above, the key goes on in its order.
 func TestRendezvousBoundedLoads(t *testing.T) {
 	bs := backends(t, 4)
-	p := sessions(t) // load factor 1.5
-	req := key(7)
-	ord := order(t, p, req, bs)
+	p := sessionPolicy(t) // load factor 1.5
+	req := sessionKey(7)
+	ord := keyOrder(t, p, req, bs)
 	cases := []struct {
 		name  string
 		loads [4]int // in flight on the key's 1st..4th backend
@@ -186,7 +186,7 @@ func TestRendezvousBoundedLoads(t *testing.T) {
 	}
 }
 
-func TestCapacity(t *testing.T) {
+func TestRendezvousLoadBound(t *testing.T) {
 	cases := []struct {
 		factor float64
 		total  int64
@@ -202,17 +202,17 @@ func TestCapacity(t *testing.T) {
 		{1.5, 99, 1, 150},
 	}
 	for _, c := range cases {
-		if got := capacity(c.factor, c.total, c.n); got != c.want {
-			t.Errorf("capacity(%v, %d, %d) = %d, want %d", c.factor, c.total, c.n, got, c.want)
+		if got := loadBound(c.factor, c.total, c.n); got != c.want {
+			t.Errorf("loadBound(%v, %d, %d) = %d, want %d", c.factor, c.total, c.n, got, c.want)
 		}
 	}
 }
 
 func TestRendezvousSkipsUnacceptable(t *testing.T) {
 	bs := backends(t, 5)
-	p := sessions(t)
-	req := key(3)
-	ord := order(t, p, req, bs) // checks each rank on the way
+	p := sessionPolicy(t)
+	req := sessionKey(3)
+	ord := keyOrder(t, p, req, bs) // checks each rank on the way
 	// Load on unacceptable backends does not count toward the bound: the
 	// home's 1 in flight is under ceil(1.5 × 2 ÷ 2) = 2 with the 4th and
 	// 5th out, though 50 wait on the 3rd.
@@ -229,15 +229,15 @@ func TestRendezvousSkipsUnacceptable(t *testing.T) {
 	}
 }
 
-// More candidates than the stack buffer holds are scored alike.
+// More candidates than the stack buffer holds are rendezvousCand alike.
 func TestRendezvousManyBackends(t *testing.T) {
-	bs := make([]*proxy.Backend, stackCands+36)
+	bs := make([]*proxy.Backend, rendezvousStack+36)
 	for i := range bs {
 		bs[i] = backendAt(t, "http://engine-"+strconv.Itoa(i)+":30000")
 	}
-	p := sessions(t)
-	req := key(11)
-	ord := order(t, p, req, bs)
+	p := sessionPolicy(t)
+	req := sessionKey(11)
+	ord := keyOrder(t, p, req, bs)
 	withInFlight(t, ord[0], 1)
 	if b, why := p.Pick(req, bs, all); b != ord[1] || why.Value != 1 {
 		t.Fatalf("picked rank %v, want 1 (the home is over its bound)", why.Value)
