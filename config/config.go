@@ -217,6 +217,8 @@ type Policy struct {
 	PrefixHash PrefixHash `koanf:"prefix_hash"`
 	// ConsistentHashing tunes the consistent_hashing policy.
 	ConsistentHashing ConsistentHashing `koanf:"consistent_hashing"`
+	// CacheAware holds the parameters of the cache_aware policy.
+	CacheAware CacheAware `koanf:"cache_aware"`
 }
 
 // PrefixHash tunes prefix_hash: the first bytes of a request's prompt pick
@@ -251,4 +253,38 @@ type ConsistentHashing struct {
 	// forfeits its whole conversation's cache, not one shared prefix
 	// (SGLang's bounded consistent hashing allows 1.5 too). Default 1.5.
 	LoadFactor float64 `koanf:"load_factor"`
+}
+
+// CacheAware tunes the cache_aware policy: a prefix tree of the prompts
+// sent to each backend, to send a request where its prefix is likely
+// cached, unless that backend is overloaded. The defaults start from
+// SGLang's cache_aware and are to be revised by simulation.
+type CacheAware struct {
+	// MatchThreshold is the share of the prompt (0..1) the best-matching
+	// backend must hold for the request to follow it; below it the least
+	// loaded backend takes the request, so new prefixes spread. SGLang's
+	// cache_threshold. Default 0.3.
+	MatchThreshold float64 `koanf:"match_threshold"`
+	// BalanceAbsThreshold and BalanceRelThreshold define an overloaded
+	// backend: in flight more than the mean of the available backends plus
+	// BalanceAbsThreshold AND more than BalanceRelThreshold times the least
+	// loaded one. Overloaded backends are left out of the choice; the
+	// others keep their affinity. 32 above the mean is SGLang's 64 between
+	// the most and least loaded of a pair. Default 32.
+	BalanceAbsThreshold int `koanf:"balance_abs_threshold"`
+	// BalanceRelThreshold: see BalanceAbsThreshold; at least 1. SGLang's
+	// balance_rel_threshold. Default 1.5.
+	BalanceRelThreshold float64 `koanf:"balance_rel_threshold"`
+	// MaxTreeBytes caps the memory of the tree of each role using the
+	// policy (at least 65536); over it, the backend holding the most gives
+	// up its least recently used prefixes. At 8 bytes per 64-byte block it
+	// tracks up to about 256 MB of prompt text (64M tokens), more than the
+	// KV caches of dozens of engines hold. Default 33554432 (32 MiB).
+	MaxTreeBytes int `koanf:"max_tree_bytes"`
+	// BlockBytes is the granularity of matching: prompts (their raw JSON:
+	// text, input_ids, messages) are compared in blocks of this many bytes
+	// from the start, and a prompt shorter than one block never matches.
+	// 64 bytes is about 16 tokens of text, 10 of input_ids. 16..4096.
+	// Default 64.
+	BlockBytes int `koanf:"block_bytes"`
 }

@@ -72,6 +72,13 @@ func Default() Config {
 			Decode:            "random",
 			PrefixHash:        PrefixHash{PrefixBytes: 1024, LoadFactor: 1.25},
 			ConsistentHashing: ConsistentHashing{Header: "X-Session-ID", LoadFactor: 1.5},
+			CacheAware: CacheAware{
+				MatchThreshold:      0.3,
+				BalanceAbsThreshold: 32,
+				BalanceRelThreshold: 1.5,
+				MaxTreeBytes:        32 << 20,
+				BlockBytes:          64,
+			},
 		},
 	}
 }

@@ -28,6 +28,7 @@ func (c *Config) Validate() error {
 		c.checkHealth,
 		c.checkAdmin,
 		c.checkPolicy,
+		c.checkCacheAware,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
