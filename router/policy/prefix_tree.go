@@ -26,8 +26,8 @@ import (
 // leaf, until it is under again. Each tenant keeps its memberships in one
 // LRU list in which a node is always ahead of (more recent than) its
 // descendants (a path is touched deepest first), so the tail is always one
-// of the tenant's leaves and eviction is O(1) per node, with no clock and
-// no background sweep.
+// of the tenant's leaves and evicting a node costs O(1) (after a scan of
+// the tenants for the largest), with no clock and no background sweep.
 //
 // prefixTree is not safe for concurrent use; CacheAware guards it. match
 // only reads.
@@ -71,13 +71,19 @@ type node struct {
 	parent   *node
 	children map[uint64]*node // by the first hash of the child's edge
 	members  []*member
+	// first and firstSlot hold a node's first membership and its slot in
+	// members inline: most nodes have one holder, and a new prompt then
+	// costs two allocations (node and edge) instead of four.
+	first     member
+	firstSlot [1]*member
 }
 
 // The size model: what the heap holds for each part, measured against
 // runtime.MemStats in TestPrefixTreeMemoryWithinCap. A node costs its
-// struct and its slot in the parent's map; a map costs a header and a
-// group of slots; a member costs its struct and its pointer in the node's
-// members slice (with room for growth).
+// struct (with its first membership) and its slot in the parent's map; a
+// map costs a header and a group of slots; a further member costs its
+// struct and its pointer in the node's members slice (with room for
+// growth).
 const (
 	edgeBytesPerBlock = 8
 	nodeBytes         = int64(unsafe.Sizeof(node{})) + 32
@@ -244,12 +250,8 @@ func (t *prefixTree) split(c *node, k int) *node {
 	c.parent = mid
 	mid.children = map[uint64]*node{c.edge[0]: c}
 	t.bytes += nodeBytes + mapBytes
-	mid.members = make([]*member, 0, len(c.members))
 	for _, mc := range c.members {
-		m := &member{t: mc.t, n: mid}
-		mid.members = append(mid.members, m)
-		mc.t.insertBefore(m, mc)
-		t.bytes += memberBytes
+		mc.t.insertBefore(t.newMember(mid, mc.t), mc)
 	}
 	return mid
 }
@@ -263,22 +265,37 @@ func (t *prefixTree) link(parent, n *node) {
 }
 
 func (t *prefixTree) addMember(n *node, ten *tenant) {
-	m := &member{t: ten, n: n}
-	n.members = append(n.members, m)
-	ten.pushFront(m)
+	ten.pushFront(t.newMember(n, ten))
 	ten.blocks += len(n.edge)
-	t.bytes += memberBytes
+}
+
+// newMember adds ten to n's holders; the caller links it into ten's list
+// and counts its blocks.
+func (t *prefixTree) newMember(n *node, ten *tenant) *member {
+	var m *member
+	if n.first.t == nil {
+		m = &n.first
+		if n.members == nil {
+			n.members = n.firstSlot[:0]
+		}
+	} else {
+		m = &member{}
+		t.bytes += memberBytes
+	}
+	*m = member{t: ten, n: n}
+	n.members = append(n.members, m)
+	return m
 }
 
 // removeMember drops one membership, which must be a leaf of its tenant;
 // a node left without holders goes (it has no children: they would have
-// holders, who hold it too), and a node left with one child of the same
-// holders merges with it.
+// holders, who hold it too). A node left with one child is not merged with
+// it: the branch that split it often comes back (a new question on the
+// same context), and merging would make each such request split again.
 func (t *prefixTree) removeMember(m *member) {
 	ten, n := m.t, m.n
 	ten.unlink(m)
 	ten.blocks -= len(n.edge)
-	t.bytes -= memberBytes
 	for i, x := range n.members {
 		if x == m {
 			last := len(n.members) - 1
@@ -287,8 +304,12 @@ func (t *prefixTree) removeMember(m *member) {
 			break
 		}
 	}
+	if m == &n.first {
+		n.first = member{}
+	} else {
+		t.bytes -= memberBytes
+	}
 	if len(n.members) > 0 {
-		t.mergeChild(n)
 		return
 	}
 	parent := n.parent
@@ -297,42 +318,6 @@ func (t *prefixTree) removeMember(m *member) {
 	if len(parent.children) == 0 {
 		parent.children = nil
 		t.bytes -= mapBytes
-	}
-	t.mergeChild(parent)
-}
-
-// mergeChild joins n with its only child when both have the same holders,
-// undoing a split whose other branch is gone. The merged node keeps the
-// child's memberships, which are behind n's ancestors' and ahead of the
-// child's descendants', as the LRU order needs.
-func (t *prefixTree) mergeChild(n *node) {
-	if n.parent == nil || len(n.children) != 1 {
-		return
-	}
-	var c *node
-	for _, x := range n.children {
-		c = x
-	}
-	if len(c.members) != len(n.members) {
-		return
-	}
-	for _, m := range n.members {
-		if c.memberOf(m.t) == nil {
-			return
-		}
-	}
-	for _, m := range n.members {
-		m.t.unlink(m)
-	}
-	t.bytes -= int64(len(n.members))*memberBytes + nodeBytes + mapBytes
-	n.edge = append(append(make([]uint64, 0, len(n.edge)+len(c.edge)), n.edge...), c.edge...)
-	n.members = c.members
-	for _, m := range n.members {
-		m.n = n
-	}
-	n.children = c.children
-	for _, g := range n.children {
-		g.parent = n
 	}
 }
 
