@@ -229,7 +229,7 @@ func (c *Config) checkHealth() *Error {
 }
 
 // Policies are the selection policies a role may use (router/policy).
-var Policies = []string{"random", "round_robin", "power_of_two", "prefix_hash", "consistent_hashing"}
+var Policies = []string{"random", "round_robin", "power_of_two", "cache_aware", "prefix_hash", "consistent_hashing"}
 
 func (c *Config) checkPolicy() *Error {
 	p := c.Policy

@@ -58,3 +58,16 @@ func counts(p Policy, cands []*proxy.Backend, ok func(*proxy.Backend) bool, draw
 	}
 	return out
 }
+
+// benchBackends builds n prefill backends for benchmarks.
+func benchBackends(b *testing.B, n int) []*proxy.Backend {
+	out := make([]*proxy.Backend, n)
+	for i := range out {
+		c, err := proxy.NewBackend("http://10.0."+strconv.Itoa(i/250)+"."+strconv.Itoa(i%250+1)+":30000", proxy.Prefill, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = c
+	}
+	return out
+}

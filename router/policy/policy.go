@@ -63,6 +63,12 @@ func New(name string, role proxy.Role, cfg config.Policy) (Policy, error) {
 		return newPrefixHash(role, cfg.PrefixHash)
 	case "consistent_hashing":
 		return newConsistentHashing(role, cfg.ConsistentHashing)
+	case "cache_aware":
+		p, err := newCacheAware(role, cfg.CacheAware)
+		if err != nil {
+			return nil, err // a typed nil would be a non-nil Policy
+		}
+		return p, nil
 	}
 	return nil, fmt.Errorf("policy %q: not one of %v", name, config.Policies)
 }
