@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"math"
@@ -36,7 +37,8 @@ type CacheAware struct {
 	// stale is a pool (Pick's cands) in which a tenant of the tree was
 	// missing: the next Chosen forgets the backends not in it.
 	stale atomic.Pointer[[]*proxy.Backend]
-	// scratch holds *cacheAwareScratch, so a request allocates nothing.
+	// scratch holds *cacheAwareScratch, so a request allocates nothing. It
+	// also hands Pick's hashes to Chosen: see hashesOf.
 	scratch sync.Pool
 }
 
@@ -47,10 +49,33 @@ var (
 
 // cacheAwareScratch is one call's working memory.
 type cacheAwareScratch struct {
+	// hashes are the block hashes of prompt, a copy of the last prompt
+	// hashed (empty when not kept).
 	hashes  []uint64
+	prompt  []byte
 	matched []int32
 	cands   []candidate
 	path    []*node
+}
+
+// maxKeptPrompt bounds the prompt a scratch keeps a copy of (hashesOf).
+const maxKeptPrompt = 256 << 10
+
+// hashesOf sets s.hashes to the block hashes of prompt. Chosen follows the
+// Pick of the same request at once, on the same goroutine, so it usually
+// gets back the scratch that Pick used (sync.Pool's per-P slot) with that
+// prompt's hashes: if the kept copy equals the prompt (comparing 16 KB
+// costs a tenth of hashing it), they are reused. Equal bytes make equal
+// hashes, so a scratch from another request only costs the comparison.
+func (p *CacheAware) hashesOf(s *cacheAwareScratch, prompt []byte) {
+	if len(s.prompt) > 0 && bytes.Equal(s.prompt, prompt) {
+		return
+	}
+	s.hashes = p.tree.blocks(prompt, s.hashes[:0])
+	s.prompt = s.prompt[:0]
+	if len(prompt) <= maxKeptPrompt {
+		s.prompt = append(s.prompt, prompt...)
+	}
 }
 
 // candidate is an acceptable backend as Pick sees it.
@@ -104,7 +129,7 @@ func (p *CacheAware) Pick(req Request, cands []*proxy.Backend, ok func(*proxy.Ba
 	if len(cs) == 0 {
 		return nil, Reason{}
 	}
-	s.hashes = p.tree.blocks(req.Prompt, s.hashes[:0])
+	p.hashesOf(s, req.Prompt)
 
 	p.mu.RLock()
 	s.matched = p.tree.match(s.hashes, s.matched)
@@ -202,7 +227,7 @@ func (p *CacheAware) ratio(c *candidate, req Request) float64 {
 func (p *CacheAware) Chosen(req Request, b *proxy.Backend) {
 	s := p.scratch.Get().(*cacheAwareScratch)
 	defer p.scratch.Put(s)
-	s.hashes = p.tree.blocks(req.Prompt, s.hashes[:0])
+	p.hashesOf(s, req.Prompt)
 	stale := p.stale.Swap(nil)
 	if len(s.hashes) == 0 && stale == nil {
 		return

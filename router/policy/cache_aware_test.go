@@ -232,6 +232,31 @@ func TestCacheAwareAllocatesNothing(t *testing.T) {
 	}
 }
 
+// Chosen reuses the hashes Pick left in a scratch only for the same bytes.
+func TestCacheAwareReusesHashesOfTheSamePrompt(t *testing.T) {
+	p := newTestCacheAware(t, nil)
+	s := &cacheAwareScratch{}
+	a, b := text(seq(1, 8)...), text(seq(1, 7)...)
+	b = append(b, text(99)...) // same length, last block differs
+	for _, prompt := range [][]byte{a, a, b, a, nil, b} {
+		p.hashesOf(s, prompt)
+		if want := p.tree.blocks(prompt, nil); !slices.Equal(s.hashes, want) {
+			t.Fatalf("hashes of %.20q... are %x, want %x", prompt, s.hashes, want)
+		}
+	}
+	big := make([]byte, maxKeptPrompt+1)
+	if p.hashesOf(s, big); len(s.prompt) != 0 || len(s.hashes) != len(big)/64 {
+		t.Fatalf("kept %d bytes of a prompt over %d (hashes %d)", len(s.prompt), maxKeptPrompt, len(s.hashes))
+	}
+	// The caller's buffer is reused for another prompt: no stale hashes.
+	buf := append([]byte(nil), a...)
+	p.hashesOf(s, buf)
+	copy(buf, b)
+	if p.hashesOf(s, buf); !slices.Equal(s.hashes, p.tree.blocks(b, nil)) {
+		t.Fatal("hashes of a rewritten buffer were reused")
+	}
+}
+
 func TestNewCacheAwareRefusesInvalid(t *testing.T) {
 	c := config.Default().Policy
 	c.CacheAware.BlockBytes = 0
