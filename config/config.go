@@ -201,7 +201,7 @@ type Metrics struct {
 // Policy chooses the prefill and the decode of each request.
 type Policy struct {
 	// Prefill is the prefill policy: random, round_robin, power_of_two,
-	// prefix_hash or consistent_hashing. Default "random".
+	// cache_aware, prefix_hash or consistent_hashing. Default "random".
 	Prefill string `koanf:"prefill"`
 	// Decode is the decode policy, from the same list; it sees the prefill
 	// chosen for the request. Default "random".

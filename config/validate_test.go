@@ -65,7 +65,7 @@ func TestValidate(t *testing.T) {
 		{"negative duration", func(c *Config) { c.Timeouts.DecodeIdle = -time.Second }, "timeouts.decode_idle", "-1s must not be negative"},
 		{"negative limit", func(c *Config) { c.Limits.QueueSize = -1 }, "limits.queue_size", "must not be negative"},
 		{"negative nested duration", func(c *Config) { c.Bootstrap.InfoWait = -1 }, "bootstrap.info_wait", "negative"},
-		{"policy unknown", func(c *Config) { c.Policy.Prefill = "least_loaded" }, "policy.prefill", `"least_loaded" is not one of random, round_robin, power_of_two, prefix_hash, consistent_hashing`},
+		{"policy unknown", func(c *Config) { c.Policy.Prefill = "least_loaded" }, "policy.prefill", `"least_loaded" is not one of random, round_robin, power_of_two, cache_aware, prefix_hash, consistent_hashing`},
 		{"decode policy unknown", func(c *Config) { c.Policy.Decode = "" }, "policy.decode", "is not one of"},
 		{"prefix bytes zero", func(c *Config) { c.Policy.PrefixHash.PrefixBytes = 0 }, "policy.prefix_hash.prefix_bytes", "0 must be at least 1"},
 		{"prefix bytes negative", func(c *Config) { c.Policy.PrefixHash.PrefixBytes = -1 }, "policy.prefix_hash.prefix_bytes", "must not be negative"},
