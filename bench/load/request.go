@@ -19,6 +19,9 @@ type worker struct {
 	sse    sseReader
 	stats  stats
 	gapRec func(time.Duration)
+	// session, when set (multiturn), is sent as X-Session-ID: the routing
+	// key of a balancer's sticky policy (pdlb's consistent_hashing).
+	session []byte
 }
 
 func newWorker(t *target, plan *roundPlan) *worker {
@@ -56,6 +59,9 @@ func (w *worker) send(start time.Time, promptWords int64) []byte {
 	req.SetRequestURI(w.t.uri)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
+	if len(w.session) > 0 {
+		req.Header.SetBytesV(HeaderSessionID, w.session)
+	}
 	req.SetBodyRaw(w.body)
 	resp.StreamBody = w.opts.Stream
 

@@ -163,6 +163,8 @@ type sessionRunner struct {
 func (r *sessionRunner) run(ctx context.Context, s sessionSpec, due time.Time) bool {
 	opts, p := r.plan.opts, r.plan.prompts
 	r.hist = append(r.hist[:0], p.system[p.zipf.rank(splitmix64(s.draw))-1]...)
+	r.w.session = appendTag(r.w.session[:0], 's', r.plan.salt, s.n)
+	defer func() { r.w.session = r.w.session[:0] }()
 	words := p.systemLen
 	for k := range s.turns {
 		if ctx.Err() != nil || (!r.deadline.IsZero() && !due.Before(r.deadline)) {
@@ -223,3 +225,9 @@ func countWords(s string) int {
 	}
 	return n
 }
+
+// HeaderSessionID carries a multiturn session's identity on each of its
+// requests, as chat frontends send one, so that a balancer's sticky policy
+// (pdlb's consistent_hashing, header X-Session-ID) can keep a session on one
+// engine.
+const HeaderSessionID = "X-Session-ID"

@@ -258,3 +258,37 @@ func TestCountWordsLikeFields(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiturnSendsSessionID: every turn of a session carries the same
+// X-Session-ID, distinct from other sessions', so a sticky balancer can
+// keep a session on one engine; the other workloads send none.
+func TestMultiturnSendsSessionID(t *testing.T) {
+	var mu sync.Mutex
+	turns := map[string]int{} // session ID → turns seen
+	url := serve(t, func(ctx *fasthttp.RequestCtx) {
+		mu.Lock()
+		turns[string(ctx.Request.Header.Peek(HeaderSessionID))]++
+		mu.Unlock()
+		chatEngine(ctx)
+	})
+	runOrFail(t, Options{Targets: []string{url}, Workload: WorkloadMultiturn, Sessions: 2, Turns: Dist{3, 3},
+		Requests: 12, SystemLen: 4, InputLen: Dist{2, 2}, OutputLen: Dist{3, 3}})
+	mu.Lock()
+	if len(turns) != 4 || turns[""] != 0 {
+		t.Fatalf("requests per session ID %v, want 4 sessions of 3 turns", turns)
+	}
+	for id, n := range turns {
+		if n != 3 {
+			t.Fatalf("session %q sent %d turns, want 3", id, n)
+		}
+	}
+	clear(turns)
+	mu.Unlock()
+	runOrFail(t, Options{Targets: []string{url}, Workload: WorkloadShared, Concurrency: 2, Requests: 4,
+		SystemPrompts: 2, SystemLen: 4, InputLen: Dist{2, 2}, OutputLen: Dist{3, 3}})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(turns) != 1 || turns[""] != 4 {
+		t.Fatalf("shared workload sent session IDs: %v", turns)
+	}
+}
