@@ -201,10 +201,14 @@ type Metrics struct {
 // Policy chooses the prefill and the decode of each request.
 type Policy struct {
 	// Prefill is the prefill policy: random, round_robin, power_of_two,
-	// cache_aware, prefix_hash or consistent_hashing. Default "random".
+	// cache_aware, prefix_hash or consistent_hashing. cache_aware won on
+	// the simulator (bench/POLICIES.md): it follows prefixes, and under no
+	// sharing it balances like power_of_two. With several pdlb replicas,
+	// prefix_hash. Default "cache_aware".
 	Prefill string `koanf:"prefill"`
 	// Decode is the decode policy, from the same list; it sees the prefill
-	// chosen for the request. Default "random".
+	// chosen for the request. A decode has no prefix to reuse (its KV comes
+	// from the prefill), so load decides. Default "power_of_two".
 	Decode string `koanf:"decode"`
 	// DPAware also picks the least-loaded data-parallel rank of an engine
 	// with dp_size > 1 (a prefill's from its registry, a decode's from its
@@ -269,8 +273,11 @@ type CacheAware struct {
 	// backend: in flight more than the mean of the available backends plus
 	// BalanceAbsThreshold AND more than BalanceRelThreshold times the least
 	// loaded one. Overloaded backends are left out of the choice; the
-	// others keep their affinity. 32 above the mean is SGLang's 64 between
-	// the most and least loaded of a pair. Default 32.
+	// others keep their affinity. On the simulator's chat sessions, SGLang's
+	// 64 (32 above the mean here) let one engine take twice the mean work
+	// (the sessions of the most popular system prompt followed it); 4 kept
+	// the busiest within 1.3× of the mean at the same hit rate
+	// (bench/POLICIES.md). Default 4.
 	BalanceAbsThreshold int `koanf:"balance_abs_threshold"`
 	// BalanceRelThreshold: see BalanceAbsThreshold; at least 1. SGLang's
 	// balance_rel_threshold. Default 1.5.

@@ -68,13 +68,13 @@ func Default() Config {
 		Admin:   Admin{Host: "127.0.0.1", Port: 8001},
 		Metrics: Metrics{Enabled: true},
 		Policy: Policy{
-			Prefill:           "random",
-			Decode:            "random",
+			Prefill:           "cache_aware",
+			Decode:            "power_of_two",
 			PrefixHash:        PrefixHash{PrefixBytes: 1024, LoadFactor: 1.25},
 			ConsistentHashing: ConsistentHashing{Header: "X-Session-ID", LoadFactor: 1.5},
 			CacheAware: CacheAware{
 				MatchThreshold:      0.3,
-				BalanceAbsThreshold: 32,
+				BalanceAbsThreshold: 4,
 				BalanceRelThreshold: 1.5,
 				MaxTreeBytes:        32 << 20,
 				BlockBytes:          64,
