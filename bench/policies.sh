@@ -8,7 +8,7 @@
 #
 # Environment: DURATION (per run, default 40s), WORKLOADS (comma-separated:
 # multiturn, shared, unique; default all), SEED (default 1), BASE_PORT (the
-# simulated engines' first port, default 33000; pdlb listens on +200),
+# simulated engines' first port, default 24000, below the kernel's ephemeral ports; pdlb listens on +200),
 # OUT (default bench/out/policies). Needs Go; nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,6 @@ mkdir -p "$OUT/bin"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 go build -trimpath -o "$OUT/bin/pdlb" ./cmd/pdlb
 go build -trimpath -o "$OUT/bin/pdlb-policies" ./bench/policies
-args=(-pdlb "$OUT/bin/pdlb" -out "$OUT" -duration "${DURATION:-40s}" -seed "${SEED:-1}" -base-port "${BASE_PORT:-33000}")
+args=(-pdlb "$OUT/bin/pdlb" -out "$OUT" -duration "${DURATION:-40s}" -seed "${SEED:-1}" -base-port "${BASE_PORT:-24000}")
 if [ -n "${WORKLOADS:-}" ]; then args+=(-workloads "$WORKLOADS"); fi
 exec "$OUT/bin/pdlb-policies" "${args[@]}"

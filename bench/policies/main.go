@@ -125,10 +125,22 @@ func run() error {
 	chart := flag.String("chart", "bench/POLICIES.svg", "the chart to write")
 	duration := flag.Duration("duration", 40*time.Second, "length of each run")
 	seed := flag.Int64("seed", 1, "seed of every workload")
-	basePort := flag.Int("base-port", 33000, "the simulated engines' first port (pdlb listens on base+200)")
+	basePort := flag.Int("base-port", 24000, "the simulated engines' first port (pdlb listens on base+200)")
 	only := flag.String("workloads", "", "comma-separated workloads to run (default all)")
+	from := flag.String("from", "", "write the report from this results.json of an earlier run instead of running")
 	extra := flag.String("try", "", "instead of the policies compared, try one prefill policy with settings: NAME[,key=value…] (repeat with ';')")
 	flag.Parse()
+	if *from != "" {
+		raw, err := os.ReadFile(*from)
+		if err != nil {
+			return err
+		}
+		var results []result
+		if err := json.Unmarshal(raw, &results); err != nil {
+			return err
+		}
+		return writeReport(*report, *chart, fmt.Sprintf("DURATION=%v bench/policies.sh", *duration), *duration, *seed, results)
+	}
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
