@@ -151,6 +151,8 @@ func run() error {
 	defer stop(simCmd)
 	runPairs := pairs
 	if *extra != "" {
+		// A try is not the comparison: its report goes beside its logs.
+		*report, *chart = filepath.Join(*outDir, "TRY.md"), filepath.Join(*outDir, "TRY.svg")
 		runPairs = nil
 		for _, spec := range strings.Split(*extra, ";") {
 			f := strings.Split(spec, ",")
