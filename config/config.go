@@ -273,8 +273,8 @@ type CacheAware struct {
 	// backend: in flight more than the mean of the available backends plus
 	// BalanceAbsThreshold AND more than BalanceRelThreshold times the least
 	// loaded one. Overloaded backends are left out of the choice; the
-	// others keep their affinity. On the simulator's chat sessions, SGLang's
-	// 64 (32 above the mean here) let one engine take twice the mean work
+	// others keep their affinity. On the simulator's chat sessions, 32 above
+	// the mean (SGLang's 64 between two backends) let one engine take twice the mean work
 	// (the sessions of the most popular system prompt followed it); 4 kept
 	// the busiest within 1.3× of the mean at the same hit rate
 	// (bench/POLICIES.md). Default 4.
