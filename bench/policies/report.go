@@ -102,7 +102,9 @@ func chart(results []result, duration time.Duration, seed int64) string {
 		}
 		lo, hi = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
 		top, h := float64(y0+10), float64(panelH-50)
-		yOf := func(v float64) float64 { return top + h - h*(math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo)) }
+		yOf := func(v float64) float64 {
+			return top + h - h*(math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))
+		}
 		for d := lo; d <= hi*1.0001; d *= 10 {
 			fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n", left, width-20, yOf(d), yOf(d), left-6, yOf(d)+4, d)
 		}
