@@ -223,6 +223,19 @@ type Policy struct {
 	ConsistentHashing ConsistentHashing `koanf:"consistent_hashing"`
 	// CacheAware holds the parameters of the cache_aware policy.
 	CacheAware CacheAware `koanf:"cache_aware"`
+	// PowerOfTwo tunes the power_of_two policy.
+	PowerOfTwo PowerOfTwo `koanf:"power_of_two"`
+}
+
+// PowerOfTwo tunes power_of_two.
+type PowerOfTwo struct {
+	// EngineLoad also reads each backend's own load (SGLang's GET /v1/loads,
+	// else /get_load: its running and waiting requests) on every health
+	// check, and compares the larger of that and pdlb's in-flight count:
+	// the engine sees requests from other balancers or pdlb replicas that
+	// pdlb's count misses, at the price of a GET per backend per health
+	// interval and a view as old as that interval. Default false.
+	EngineLoad bool `koanf:"engine_load"`
 }
 
 // PrefixHash tunes prefix_hash: the first bytes of a request's prompt pick

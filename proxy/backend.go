@@ -55,8 +55,11 @@ type Backend struct {
 	inflight atomic.Int64
 	selected atomic.Uint64
 	// dp counts in flight per DP rank once the DP size is known (dprank.go).
-	dp       atomic.Pointer[dpLoad]
-	draining atomic.Bool
+	dp atomic.Pointer[dpLoad]
+	// engineLoad is the engine's own running+waiting count, -1 unknown
+	// (engineload.go).
+	engineLoad atomic.Int64
+	draining   atomic.Bool
 	// unhealthy is set by active health checks.
 	unhealthy atomic.Bool
 }
@@ -86,6 +89,7 @@ func NewBackend(rawURL string, role Role, dialTimeout time.Duration) (*Backend, 
 			return fasthttp.DialDualStackTimeout(addr, dialTimeout)
 		},
 	}
+	b.engineLoad.Store(-1)
 	return b, nil
 }
 

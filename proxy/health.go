@@ -23,6 +23,9 @@ type HealthChecker struct {
 	// DPSizes, when set before Start, also learns each healthy decode's DP
 	// size from its /server_info until known (policy.dp_aware).
 	DPSizes bool
+	// EngineLoads, when set before Start, also reads each healthy
+	// backend's own load every round (policy.power_of_two.engine_load).
+	EngineLoads bool
 
 	pool *Pool
 	cfg  config.Health
@@ -122,6 +125,9 @@ func (h *HealthChecker) CheckOnce() {
 			}
 			if causes[i] == "" && h.DPSizes && b.Role == Decode && b.DPSize() == 0 {
 				learnDPSize(b, h.cfg.Timeout)
+			}
+			if causes[i] == "" && h.EngineLoads {
+				learnEngineLoad(b, h.cfg.Timeout)
 			}
 		}()
 	}

@@ -80,7 +80,7 @@ func TestPoliciesFromConfig(t *testing.T) {
 	if got[0] == got[1] || got[0] != got[2] || got[1] != got[3] {
 		t.Fatalf("round_robin over two decodes answered %v, want them alternating", got)
 	}
-	if !strings.Contains(string(logs.Bytes()), `"prefill_in_flight":0`) {
+	if !strings.Contains(string(logs.Bytes()), `"prefill_load":0`) {
 		t.Fatalf("the log line does not name power_of_two's reason: %s", logs.Bytes())
 	}
 	// A reload that changes the policy takes effect.

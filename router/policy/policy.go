@@ -43,7 +43,7 @@ type Request struct {
 }
 
 // Reason says why a policy picked a backend: a log field and its value
-// ("prefill_in_flight", 3). The zero Reason adds nothing to the log line.
+// ("prefill_load", 3). The zero Reason adds nothing to the log line.
 type Reason struct {
 	Key   string
 	Value float64
@@ -58,7 +58,7 @@ func New(name string, role proxy.Role, cfg config.Policy) (Policy, error) {
 	case "round_robin":
 		return &RoundRobin{}, nil
 	case "power_of_two":
-		return newPowerOfTwo(role), nil
+		return newPowerOfTwo(role, cfg.PowerOfTwo), nil
 	case "prefix_hash":
 		return newPrefixHash(role, cfg.PrefixHash)
 	case "consistent_hashing":

@@ -2,9 +2,14 @@ package policy
 
 import (
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/proxy/proxytest"
 )
 
 func TestPowerOfTwo(t *testing.T) {
@@ -12,11 +17,11 @@ func TestPowerOfTwo(t *testing.T) {
 	withInFlight(t, bs[0], 5)
 	withInFlight(t, bs[1], 1)
 	withInFlight(t, bs[3], 9)
-	p := newPowerOfTwo(proxy.Decode)
+	p := newPowerOfTwo(proxy.Decode, config.PowerOfTwo{})
 
 	// Of two, the one with fewer in flight always wins.
 	for range 200 {
-		if b, why := p.Pick(Request{}, bs, only(bs[0], bs[3])); b != bs[0] || why != (Reason{"decode_in_flight", 5}) {
+		if b, why := p.Pick(Request{}, bs, only(bs[0], bs[3])); b != bs[0] || why != (Reason{"decode_load", 5}) {
 			t.Fatalf("picked %v (%v), want the less loaded backend 0", b, why)
 		}
 	}
@@ -36,6 +41,38 @@ func TestPowerOfTwo(t *testing.T) {
 	}
 	if b, _ := p.Pick(Request{}, bs, only()); b != nil {
 		t.Fatal("picked with nothing acceptable")
+	}
+}
+
+// TestPowerOfTwoEngineLoad: with engine_load, a backend whose engine
+// reports more requests than pdlb sent it (another balancer's) loses to
+// one with fewer; without it, only pdlb's count is compared.
+func TestPowerOfTwoEngineLoad(t *testing.T) {
+	e := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		proxytest.JSONAnswer(200, `{"aggregate":{"total_running_reqs":7,"total_waiting_reqs":3}}`)(ctx)
+	})
+	busy, err := proxy.NewBackend(e.URL, proxy.Decode, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := backends(t, 1)[0]
+	withInFlight(t, other, 2)
+	pool := proxy.NewPool(nil)
+	pool.Add(busy)
+	pool.Add(other)
+	h := proxy.NewHealthChecker(pool, config.Health{Interval: time.Hour, Timeout: time.Second, FailThreshold: 1, PassThreshold: 1}, zerolog.Nop())
+	h.EngineLoads = true
+	h.CheckOnce() // other has no engine: it fails its check, and its engine load stays unknown
+	if busy.EngineLoad() != 10 || other.EngineLoad() != -1 {
+		t.Fatalf("engine loads %d and %d, want 10 and unknown", busy.EngineLoad(), other.EngineLoad())
+	}
+	cands := []*proxy.Backend{busy, other}
+	withEngine := newPowerOfTwo(proxy.Decode, config.PowerOfTwo{EngineLoad: true})
+	if b, why := withEngine.Pick(Request{}, cands, all); b != other || why.Value != 2 {
+		t.Fatalf("with engine load picked %s (%v), want the one with 2 in flight", b.URL, why)
+	}
+	if b, _ := newPowerOfTwo(proxy.Decode, config.PowerOfTwo{}).Pick(Request{}, cands, all); b != busy {
+		t.Fatalf("without engine load picked %s, want the one pdlb sent nothing", b.URL)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"pdlb/config"
 	"pdlb/proxy"
 )
 
@@ -38,7 +39,7 @@ type rendezvous struct {
 }
 
 func newRendezvous(role proxy.Role, loadFactor float64) rendezvous {
-	return rendezvous{loadFactor: loadFactor, reasonKey: role.String() + "_hash_rank", keyless: newPowerOfTwo(role)}
+	return rendezvous{loadFactor: loadFactor, reasonKey: role.String() + "_hash_rank", keyless: newPowerOfTwo(role, config.PowerOfTwo{})}
 }
 
 // rendezvousCand is one candidate of a pick.

@@ -83,12 +83,16 @@ type Worker struct {
 	InFlight int64  `json:"in_flight"`
 	// DPInFlight is in flight per data-parallel rank (policy.dp_aware),
 	// once the engine's DP size is known.
-	DPInFlight    []int64 `json:"dp_in_flight,omitempty"`
-	Selected      uint64  `json:"selected"`
-	Draining      bool    `json:"draining"`
-	RegistryReady bool    `json:"registry_ready"`
-	BootstrapPort *int    `json:"bootstrap_port"`
-	BootstrapAddr string  `json:"bootstrap_addr"`
+	DPInFlight []int64 `json:"dp_in_flight,omitempty"`
+	// EngineLoad is the engine's own running and waiting requests, as its
+	// load route last said (policy.power_of_two.engine_load); absent while
+	// unknown.
+	EngineLoad    *int64 `json:"engine_load,omitempty"`
+	Selected      uint64 `json:"selected"`
+	Draining      bool   `json:"draining"`
+	RegistryReady bool   `json:"registry_ready"`
+	BootstrapPort *int   `json:"bootstrap_port"`
+	BootstrapAddr string `json:"bootstrap_addr"`
 }
 
 // addRequest is POST /workers' body.
@@ -276,6 +280,9 @@ func (a *Admin) worker(b *proxy.Backend) Worker {
 		Selected:      b.Selected(),
 		Draining:      b.Draining(),
 		RegistryReady: a.pool.RegistryReady(b),
+	}
+	if n := b.EngineLoad(); n >= 0 {
+		w.EngineLoad = &n
 	}
 	if b.Role == proxy.Prefill {
 		bs := b.Bootstrap()

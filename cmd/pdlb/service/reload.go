@@ -109,7 +109,7 @@ func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, mov
 		}
 	}
 	s.Router.Apply(router.SettingsFrom(cfg))
-	if old.Health != cfg.Health || old.Policy.DPAware != cfg.Policy.DPAware {
+	if old.Health != cfg.Health || old.Policy.DPAware != cfg.Policy.DPAware || old.Policy.PowerOfTwo != cfg.Policy.PowerOfTwo {
 		s.health.Stop()
 		s.health = s.newHealthChecker(cfg.Health)
 		if s.started {

@@ -114,6 +114,7 @@ func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
 	h := proxy.NewHealthChecker(s.Pool, c, s.log)
 	h.OnResult = s.Metrics.HealthCheck
 	h.DPSizes = s.cfg.Policy.DPAware
+	h.EngineLoads = s.cfg.Policy.PowerOfTwo.EngineLoad
 	return h
 }
 
