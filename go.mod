@@ -18,6 +18,7 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0
 	github.com/valyala/fasthttp v1.78.0
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.3
 	golang.org/x/term v0.44.0
 )
 
@@ -36,6 +37,5 @@ require (
 	github.com/tidwall/pretty v1.3.0 // indirect
 	github.com/valyala/fastrand v1.1.0 // indirect
 	github.com/valyala/histogram v1.2.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.3 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
