@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,30 +25,6 @@ func tracedLB(t *testing.T, ratio float64, prefills, decodes []*proxytest.Engine
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))), sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	return startLBFull(t, prefills, decodes, Options{Log: testLog(t), Tracer: tp.Tracer("pdlb")}, opts...), rec
-}
-
-// headEngine answers with h and records the traceparent of each request.
-type headEngine struct {
-	*proxytest.Engine
-	mu  sync.Mutex
-	tps []string
-}
-
-func newHeadEngine(t *testing.T, h fasthttp.RequestHandler) *headEngine {
-	e := &headEngine{}
-	e.Engine = proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
-		e.mu.Lock()
-		e.tps = append(e.tps, string(ctx.Request.Header.Peek("traceparent")))
-		e.mu.Unlock()
-		h(ctx)
-	})
-	return e
-}
-
-func (e *headEngine) traceparents() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.tps...)
 }
 
 // waitSpans waits until the recorder holds n ended spans.
@@ -84,9 +59,9 @@ func postWithTraceparent(t *testing.T, url, body, traceparent string) {
 // sampler leaves out ends no span, and both engines get its traceparent
 // with the sampled flag off (the client's trace id when it sent one).
 func TestUnsampledRequestRecordsNothingAndTellsTheEngines(t *testing.T) {
-	p := newHeadEngine(t, proxytest.JSONAnswer(200, `{}`))
-	d := newHeadEngine(t, proxytest.JSONAnswer(200, `{"text":"x"}`))
-	l, rec := tracedLB(t, 0, []*proxytest.Engine{p.Engine}, []*proxytest.Engine{d.Engine})
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"x"}`))
+	l, rec := tracedLB(t, 0, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 
 	postWithTraceparent(t, l.URL+"/generate", `{"text":"hi"}`, "")
 	postWithTraceparent(t, l.URL+"/generate", `{"text":"hi"}`, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
@@ -94,7 +69,7 @@ func TestUnsampledRequestRecordsNothingAndTellsTheEngines(t *testing.T) {
 	if n := len(rec.Ended()) + len(rec.Started()); n != 0 {
 		t.Fatalf("%d spans recorded for unsampled requests", n)
 	}
-	ptp, dtp := p.traceparents(), d.traceparents()
+	ptp, dtp := p.Traceparents(), d.Traceparents()
 	if len(ptp) != 2 || len(dtp) != 2 {
 		t.Fatalf("engines got %v and %v", ptp, dtp)
 	}
@@ -112,9 +87,9 @@ func TestUnsampledRequestRecordsNothingAndTellsTheEngines(t *testing.T) {
 // TestSampledClientTraceIsContinued: a client's sampled traceparent is
 // continued whatever the ratio; each leg's engine gets its leg's span id.
 func TestSampledClientTraceIsContinued(t *testing.T) {
-	p := newHeadEngine(t, proxytest.JSONAnswer(200, `{}`))
-	d := newHeadEngine(t, proxytest.JSONAnswer(200, `{"text":"x"}`))
-	l, rec := tracedLB(t, 0, []*proxytest.Engine{p.Engine}, []*proxytest.Engine{d.Engine})
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"x"}`))
+	l, rec := tracedLB(t, 0, []*proxytest.Engine{p}, []*proxytest.Engine{d})
 	postWithTraceparent(t, l.URL+"/generate", `{"text":"hi"}`, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	spans := waitSpans(t, rec, 4)
 	byName := map[string]sdktrace.ReadOnlySpan{}
@@ -131,13 +106,13 @@ func TestSampledClientTraceIsContinued(t *testing.T) {
 	if attempt.Parent().SpanID() != server.SpanContext().SpanID() {
 		t.Errorf("attempt's parent %s, want the server span", attempt.Parent().SpanID())
 	}
-	for e, name := range map[*headEngine]string{p: "prefill POST /generate", d: "decode POST /generate"} {
+	for e, name := range map[*proxytest.Engine]string{p: "prefill POST /generate", d: "decode POST /generate"} {
 		leg := byName[name]
 		if leg == nil || leg.Parent().SpanID() != attempt.SpanContext().SpanID() || leg.SpanKind() != trace.SpanKindClient {
 			t.Fatalf("%s: %v, want a client span under the attempt", name, leg)
 		}
 		want := "00-4bf92f3577b34da6a3ce929d0e0e4736-" + leg.SpanContext().SpanID().String() + "-01"
-		if got := e.traceparents(); len(got) != 1 || got[0] != want {
+		if got := e.Traceparents(); len(got) != 1 || got[0] != want {
 			t.Errorf("%s engine got %v, want %s", name, got, want)
 		}
 	}

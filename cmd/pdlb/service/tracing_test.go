@@ -141,30 +141,6 @@ func anyValue(v *commonpb.AnyValue) string {
 func spanID(s *tracepb.Span) string   { return hex.EncodeToString(s.SpanId) }
 func parentID(s *tracepb.Span) string { return hex.EncodeToString(s.ParentSpanId) }
 
-// traceEngine answers with h and records each request's traceparent and body.
-type traceEngine struct {
-	*proxytest.Engine
-	mu  sync.Mutex
-	tps []string
-}
-
-func newTraceEngine(t *testing.T, h fasthttp.RequestHandler) *traceEngine {
-	e := &traceEngine{}
-	e.Engine = proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
-		e.mu.Lock()
-		e.tps = append(e.tps, string(ctx.Request.Header.Peek("traceparent")))
-		e.mu.Unlock()
-		h(ctx)
-	})
-	return e
-}
-
-func (e *traceEngine) traceparents() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.tps...)
-}
-
 // tracingOn points pdlb's tracing at rc, exporting every 20 ms so tests
 // do not wait for the default 5 s batch delay.
 func tracingOn(t *testing.T, endpoint string) lbOption {
@@ -191,9 +167,9 @@ const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 // attributes, and each engine got its own leg's span id.
 func TestTracingExportsTheRequestTree(t *testing.T) {
 	rc := newReceiver(t)
-	p := newTraceEngine(t, proxytest.JSONAnswer(200, `{"text":"","meta_info":{}}`))
-	d := newTraceEngine(t, proxytest.JSONAnswer(200, `{"text":"hello"}`))
-	l := startLB(t, []*proxytest.Engine{p.Engine}, []*proxytest.Engine{d.Engine}, tracingOn(t, rc.URL),
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"","meta_info":{}}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"hello"}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, tracingOn(t, rc.URL),
 		func(c *config.Config) { c.Policy.Prefill, c.Policy.Decode = "round_robin", "random" })
 
 	resp, body := postTraced(t, l.URL+"/generate", `{"text":"hi"}`, "00-"+clientTrace+"-00f067aa0ba902b7-01")
@@ -221,7 +197,7 @@ func TestTracingExportsTheRequestTree(t *testing.T) {
 	room := gjson.GetBytes(p.LastBody(), "bootstrap_room").String()
 	for _, leg := range []struct {
 		role, policy string
-		e            *traceEngine
+		e            *proxytest.Engine
 		bytes        int
 	}{{"prefill", "round_robin", p, len(`{"text":"","meta_info":{}}`)}, {"decode", "random", d, len(body)}} {
 		spans := tr[leg.role+" POST /generate"]
@@ -240,7 +216,7 @@ func TestTracingExportsTheRequestTree(t *testing.T) {
 			}
 		}
 		want := "00-" + clientTrace + "-" + spanID(s) + "-01"
-		if got := leg.e.traceparents(); len(got) != 1 || got[0] != want {
+		if got := leg.e.Traceparents(); len(got) != 1 || got[0] != want {
 			t.Errorf("%s engine got traceparent %v, want its leg's %s", leg.role, got, want)
 		}
 	}
@@ -258,9 +234,9 @@ func TestTracingExportsTheRequestTree(t *testing.T) {
 // count the events relayed; the decode leg's span lasts until the stream ends.
 func TestTracingStream(t *testing.T) {
 	rc := newReceiver(t)
-	p := newTraceEngine(t, sseAnswer(`{"p":1}`))
-	d := newTraceEngine(t, sseAnswer(`{"text":"a"}`, `{"text":"ab"}`, `{"text":"abc"}`))
-	l := startLB(t, []*proxytest.Engine{p.Engine}, []*proxytest.Engine{d.Engine}, tracingOn(t, rc.URL))
+	p := proxytest.NewEngine(t, sseAnswer(`{"p":1}`))
+	d := proxytest.NewEngine(t, sseAnswer(`{"text":"a"}`, `{"text":"ab"}`, `{"text":"abc"}`))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, tracingOn(t, rc.URL))
 
 	resp, body := postTraced(t, l.URL+"/generate", `{"text":"hi","stream":true}`, "00-"+clientTrace+"-00f067aa0ba902b7-01")
 	if resp.StatusCode != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
@@ -279,7 +255,7 @@ func TestTracingStream(t *testing.T) {
 		t.Error("the stream's attempt or decode leg outlived its parent")
 	}
 	want := "00-" + clientTrace + "-" + spanID(dleg) + "-01"
-	if got := d.traceparents(); len(got) != 1 || got[0] != want {
+	if got := d.Traceparents(); len(got) != 1 || got[0] != want {
 		t.Errorf("decode engine got %v, want %s", got, want)
 	}
 }
@@ -311,13 +287,13 @@ func TestTracingRetry(t *testing.T) {
 		}
 		proxytest.JSONAnswer(200, `{}`)(ctx)
 	}
-	p1, p2 := newTraceEngine(t, flaky), newTraceEngine(t, flaky)
+	p1, p2 := proxytest.NewEngine(t, flaky), proxytest.NewEngine(t, flaky)
 	// The decode answers once its KV could have come: after the prefill's 503.
-	d := newTraceEngine(t, func(ctx *fasthttp.RequestCtx) {
+	d := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
 		time.Sleep(100 * time.Millisecond)
 		proxytest.JSONAnswer(200, `{"text":"ok"}`)(ctx)
 	})
-	l := startLB(t, []*proxytest.Engine{p1.Engine, p2.Engine}, []*proxytest.Engine{d.Engine}, tracingOn(t, rc.URL),
+	l := startLB(t, []*proxytest.Engine{p1, p2}, []*proxytest.Engine{d}, tracingOn(t, rc.URL),
 		func(c *config.Config) { c.Retry.MaxAttempts = 2 })
 
 	if resp, body := postTraced(t, l.URL+"/generate", `{"text":"hi"}`, "00-"+clientTrace+"-00f067aa0ba902b7-01"); resp.StatusCode != 200 {
