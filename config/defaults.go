@@ -80,5 +80,6 @@ func Default() Config {
 				BlockBytes:          64,
 			},
 		},
+		Tracing: Tracing{SampleRatio: 1, ServiceName: "pdlb", Headers: map[string]string{}},
 	}
 }

@@ -29,6 +29,7 @@ func (c *Config) Validate() error {
 		c.checkAdmin,
 		c.checkPolicy,
 		c.checkCacheAware,
+		c.checkTracing,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {

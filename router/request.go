@@ -53,6 +53,9 @@ type request struct {
 	status                      int
 	bytes, events               int
 	err                         error
+
+	// trace is the request's tracing; its zero value is tracing off.
+	trace requestTrace
 }
 
 func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {
@@ -68,7 +71,10 @@ func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {
 
 // admit takes an admission slot, or answers 429/503 and returns false.
 func (q *request) admit(ctx *fasthttp.RequestCtx) bool {
-	release, status, err := q.r.admission.Acquire(ctx)
+	release, status, err, queued := q.r.admission.acquire(ctx)
+	if queued {
+		q.traceAdmission(err)
+	}
 	if err == nil {
 		q.release = release
 		return true
@@ -109,6 +115,7 @@ func (q *request) unavailable(retryAfter int, msg string) {
 // finish ends the request: its metrics, its log line, its admission slot
 // and, for a stream, its hijacked connection.
 func (q *request) finish() {
+	q.finishTrace()
 	elapsed := q.r.clock.Now().Sub(q.start)
 	q.r.metrics.Request(q.route, q.status, elapsed)
 	q.log(elapsed)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"pdlb"
 	"pdlb/config"
@@ -47,6 +48,8 @@ type Router struct {
 	// stopping ends at Shutdown: waits between retries end with it.
 	stopping context.Context
 	stop     context.CancelFunc
+	// tracer traces requests; nil when tracing is off.
+	tracer trace.Tracer
 	// streams counts relays running on hijacked connections, which
 	// fasthttp's Shutdown does not wait for.
 	streams sync.WaitGroup
@@ -63,11 +66,14 @@ type Options struct {
 	Log     zerolog.Logger
 	// Clock is the request path's time source; zero fields are the system's.
 	Clock pdlb.Clock
+	// Tracer traces requests (tracing.*); nil leaves tracing off and the
+	// request path free of it.
+	Tracer trace.Tracer
 }
 
 // New builds a Router, its proxy and its admission gate from o.Settings.
 func New(o Options) *Router {
-	r := &Router{pool: o.Pool, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem()}
+	r := &Router{pool: o.Pool, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem(), tracer: o.Tracer}
 	r.stopping, r.stop = context.WithCancel(context.Background())
 	r.policies.Store(newPolicies(o.Settings.Policy))
 	lim := o.Settings.Limits

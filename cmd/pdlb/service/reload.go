@@ -1,10 +1,11 @@
 package service
 
 import (
+	"slices"
+
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/router"
-	"slices"
 )
 
 // Apply swaps in a new, validated config without dropping in-flight
@@ -152,5 +153,6 @@ func keepStartupOnly(old, next *config.Config) []string {
 	keep("bootstrap.extended_sentinel", ob.ExtendedSentinel != nb.ExtendedSentinel, func() { nb.ExtendedSentinel = ob.ExtendedSentinel })
 	keep("bootstrap.dp_rank_ttl", ob.DPRankTTL != nb.DPRankTTL, func() { nb.DPRankTTL = ob.DPRankTTL })
 	keep("bootstrap.poll_interval", ob.PollInterval != nb.PollInterval, func() { nb.PollInterval = ob.PollInterval })
+	keep("tracing", !sameTracing(old.Tracing, next.Tracing), func() { next.Tracing = old.Tracing })
 	return kept
 }

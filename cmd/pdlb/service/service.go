@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"pdlb/config"
 	"pdlb/proxy"
@@ -32,6 +33,10 @@ type Service struct {
 	admin   *Admin
 	adminSv *fasthttp.Server
 	reg     *registryWiring
+	// tracing is the tracer provider; nil when tracing is off.
+	tracing *sdktrace.TracerProvider
+	// traceFlush bounds the export of queued spans at shutdown.
+	traceFlush time.Duration
 
 	// mu guards cfg and health against concurrent reloads and admin additions.
 	mu      sync.Mutex
@@ -42,7 +47,7 @@ type Service struct {
 
 // New wires a Service; nothing listens until Start.
 func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
-	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log)}
+	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout}
 	var ready proxy.Readiness
 	if s.reg.dir != nil {
 		ready = s.reg.dir
@@ -64,13 +69,22 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 		}
 		s.Pool.Add(b)
 	}
-	s.Router = router.New(router.Options{
+	tp, err := newTracerProvider(cfg.Tracing, log)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	s.tracing = tp
+	ro := router.Options{
 		Settings: router.SettingsFrom(cfg),
 		Pool:     s.Pool,
 		Metrics:  s.Metrics,
 		Info:     infoSource(s.reg.dir),
 		Log:      log,
-	})
+	}
+	if tp != nil {
+		ro.Tracer = tp.Tracer("pdlb")
+	}
+	s.Router = router.New(ro)
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
@@ -172,6 +186,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 			b.Close()
 		}
 	}
+	// Last: every request has ended its spans by now (or been cut).
+	shutdownTracing(ctx, s.tracing, s.traceFlush, s.log)
 	return err
 }
 
