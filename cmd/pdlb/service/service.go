@@ -8,6 +8,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -32,6 +33,7 @@ type Service struct {
 	ln      net.Listener
 	admin   *Admin
 	adminSv *fasthttp.Server
+	adminLn net.Listener
 	reg     *registryWiring
 	// tracing is the tracer provider; nil when tracing is off.
 	tracing *sdktrace.TracerProvider
@@ -107,7 +109,9 @@ func (s *Service) Start() error {
 	}
 	s.ln = ln
 	go func() {
-		if err := s.Router.Serve(ln); err != nil {
+		// A Shutdown that comes before this goroutine runs has closed ln:
+		// Serve then returns at once instead of serving for ever.
+		if err := s.Router.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.log.Error().Err(err).Msg("server stopped")
 		}
 	}()
@@ -140,6 +144,7 @@ func (s *Service) startAdmin(c config.Admin) error {
 		return fmt.Errorf("admin listen %s: %w", addr, err)
 	}
 	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: debugLogger{s.log}}
+	s.adminLn = ln
 	go s.adminSv.Serve(ln)
 	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
 	return nil
@@ -172,12 +177,16 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	// The router first: readiness turns 503 and the listener closes at once,
 	// not after a health-check round in progress (up to health.timeout).
 	err := s.Router.Shutdown(ctx)
+	// fasthttp closes only the listeners its Serve has already taken; one
+	// whose Serve goroutine has not run yet would be served after this.
+	s.ln.Close()
 	s.mu.Lock()
 	health := s.health
 	s.mu.Unlock()
 	health.Stop()
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
+		s.adminLn.Close()
 	}
 	s.admin.Close()
 	s.reg.shutdown(ctx)
