@@ -18,6 +18,7 @@ type Proxy struct {
 	timeouts atomic.Pointer[config.Timeouts]
 	log      zerolog.Logger
 	now      func() time.Time
+	obs      LegObserver
 }
 
 // New returns a Proxy with the given leg timeouts.
@@ -99,11 +100,13 @@ type attempt struct {
 	pdone    chan *UpstreamError // capacity 1: the prefill goroutine's outcome
 	pFirst   []byte              // prefill's first SSE event payload (stream + merge)
 	deadline time.Time
-	t        config.Timeouts
-	ans      Answer
-	merged   []byte // merged non-stream body
-	stream   Stream
-	watch    *clientWatch
+	// start is when the legs were sent (the observer's answer times).
+	start  time.Time
+	t      config.Timeouts
+	ans    Answer
+	merged []byte // merged non-stream body
+	stream Stream
+	watch  *clientWatch
 }
 
 var attemptPool = sync.Pool{New: func() any { return &attempt{pdone: make(chan *UpstreamError, 1)} }}
@@ -144,7 +147,7 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	now := p.now()
 	a := attemptPool.Get().(*attempt)
 	a.x, a.p, a.t = *x, p, p.Timeouts()
-	a.deadline = x.Deadline
+	a.deadline, a.start = x.Deadline, now
 	a.pl.b, a.dl.b = x.Prefill.b, x.Decode.b
 	a.refs.Store(2) // this goroutine and the prefill goroutine
 
@@ -154,8 +157,9 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	ans, err := a.runDecode(earlier(now.Add(a.t.DecodeFirstByte), a.deadline))
 	a.watch.stop()
 	if err == nil {
+		p.answered(a.dl.b, now)
 		if ans.Stream == nil {
-			x.Decode.Done(nil)
+			p.settle(x.Decode, nil)
 		}
 		return ans, nil
 	}
@@ -163,15 +167,15 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	switch {
 	case err.Kind == KindCancelled && errors.Is(err.Err, ErrClientGone):
 		a.pl.cancel(ErrClientGone)
-		x.Decode.Done(err)
+		p.settle(x.Decode, err)
 		return nil, err
 	case a.state.Load() == prefillFailed:
 		// The prefill failed first and cut the decode: answer its error.
-		x.Decode.Done(&UpstreamError{Backend: a.dl.b, Kind: KindCancelled, Err: errPrefillFailed})
+		p.settle(x.Decode, &UpstreamError{Backend: a.dl.b, Kind: KindCancelled, Err: errPrefillFailed})
 		return nil, <-a.pdone
 	default:
 		a.pl.cancel(errCancelled)
-		x.Decode.Done(err)
+		p.settle(x.Decode, err)
 		return nil, err
 	}
 }
@@ -197,7 +201,10 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 	if err == nil && a.x.Stream {
 		sr, err = a.prefillFirstEvent()
 	}
-	a.x.Prefill.Done(err)
+	a.p.settle(a.x.Prefill, err)
+	if err == nil && sr == nil {
+		a.p.answered(l.b, a.start)
+	}
 	if err != nil && a.state.CompareAndSwap(pending, prefillFailed) {
 		a.dl.cancel(errPrefillFailed)
 	}
@@ -205,8 +212,8 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 		a.p.log.Warn().Str("prefill", l.b.URL).Str("request_id", a.x.RequestID).Err(err).Msg("prefill failed after the decode committed")
 	}
 	a.pdone <- err // capacity 1: never blocks
-	if sr != nil {
-		drainStream(l, sr)
+	if sr != nil && drainStream(l, sr) {
+		a.p.answered(l.b, a.start)
 	}
 }
 
@@ -240,18 +247,19 @@ func (a *attempt) prefillFirstEvent() (*sseReader, *UpstreamError) {
 // drainStream reads a prefill stream to its end so the engine never sees
 // pdlb hang up on it (SGLang aborts a request whose client left) and the
 // connection can be reused. It stops at [DONE]: engines may keep the body
-// open after it.
-func drainStream(l *leg, sr *sseReader) {
+// open after it. It reports whether the stream ended cleanly ([DONE] or
+// the end of the body).
+func drainStream(l *leg, sr *sseReader) bool {
 	defer releaseSSEReader(sr)
 	for {
 		ev, err := sr.next()
 		if err != nil {
 			l.closeStream(isEOF(err))
-			return
+			return isEOF(err)
 		}
 		if isDone(ev) {
 			l.closeStream(finishAfterDone(l, sr))
-			return
+			return true
 		}
 	}
 }

@@ -185,11 +185,13 @@ func (s *Stream) finish(err error) {
 	default:
 		uerr = &UpstreamError{Backend: s.l.b, Kind: KindCancelled, Err: err}
 	}
-	s.ticket.Done(uerr)
 	s.l = nil
 	if a := s.a; a != nil {
+		a.p.settle(s.ticket, uerr)
 		s.a = nil
 		a.unref()
+	} else {
+		s.ticket.Done(uerr)
 	}
 }
 
