@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/router"
@@ -32,6 +34,11 @@ type Service struct {
 	admin   *Admin
 	adminSv *fasthttp.Server
 	reg     *registryWiring
+	// status is the admin listener's status page; its sampler runs while
+	// the admin listener does (stopStatus ends it).
+	status     *statusPage
+	stopStatus context.CancelFunc
+	statusDone sync.WaitGroup
 
 	// mu guards cfg and health against concurrent reloads and admin additions.
 	mu      sync.Mutex
@@ -74,6 +81,8 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
+	s.status = &statusPage{pool: s.Pool, admin: s.admin, router: s.Router, metrics: s.Metrics, dir: s.reg.dir, now: time.Now}
+	s.status.sampler = newStatusSampler(s.Metrics, s.sampledBackends, pdlb.SystemClock())
 	if cfg.Metrics.Enabled {
 		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
 	}
@@ -118,7 +127,8 @@ func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
 	return h
 }
 
-// startAdmin serves the admin API (/workers) and /metrics on admin.host:admin.port.
+// startAdmin serves the admin API (/workers), the status page and /metrics
+// on admin.host:admin.port, and starts the status page's sampler.
 func (s *Service) startAdmin(c config.Admin) error {
 	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
 	ln, err := net.Listen("tcp", addr)
@@ -127,18 +137,31 @@ func (s *Service) startAdmin(c config.Admin) error {
 	}
 	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: debugLogger{s.log}}
 	go s.adminSv.Serve(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopStatus = cancel
+	s.statusDone.Go(func() { s.status.sampler.run(ctx) })
 	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
 	return nil
 }
 
 func (s *Service) adminHandler(ctx *fasthttp.RequestCtx) {
-	if string(ctx.Path()) == "/metrics" {
+	switch path := string(ctx.Path()); {
+	case path == "/metrics":
 		if s.admin.authorized(ctx) {
 			s.Metrics.Handler(ctx)
 		}
-		return
+	case s.status.serves(path):
+		s.status.handle(ctx)
+	default:
+		s.admin.Handler(ctx)
 	}
-	s.admin.Handler(ctx)
+}
+
+// sampledBackends is what the status page samples: the pool and the
+// backends still draining (their requests are still counted).
+func (s *Service) sampledBackends() []*proxy.Backend {
+	out := slices.Concat(s.Pool.Backends(proxy.Prefill), s.Pool.Backends(proxy.Decode))
+	return append(out, s.admin.Draining()...)
 }
 
 // Config returns the configuration in force.
@@ -164,6 +187,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	health.Stop()
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
+		s.stopStatus()
+		s.statusDone.Wait()
 	}
 	s.admin.Close()
 	s.reg.shutdown(ctx)
