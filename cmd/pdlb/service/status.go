@@ -118,13 +118,15 @@ type statusBackend struct {
 	Healthy bool   `json:"healthy"`
 	Breaker string `json:"breaker"`
 	// HalfOpenInS is the seconds until an open breaker admits a probe.
-	HalfOpenInS *float64        `json:"half_open_in_s,omitempty"`
-	Registry    *statusRegistry `json:"registry,omitempty"`
-	InFlight    int64           `json:"in_flight"`
-	ReqPerS     float64         `json:"req_per_s"`
-	ErrorRate   *float64        `json:"error_rate"`
-	TTFTP50S    *float64        `json:"ttft_p50_s"`
-	TTFTP99S    *float64        `json:"ttft_p99_s"`
+	HalfOpenInS *float64 `json:"half_open_in_s,omitempty"`
+	// Registry is a prefill's bootstrap registry namespace (absent for
+	// decodes and with bootstrap.mode off).
+	Registry  *statusRegistry `json:"registry,omitempty"`
+	InFlight  int64           `json:"in_flight"`
+	ReqPerS   float64         `json:"req_per_s"`
+	ErrorRate *float64        `json:"error_rate"`
+	TTFTP50S  *float64        `json:"ttft_p50_s"`
+	TTFTP99S  *float64        `json:"ttft_p99_s"`
 	// ReqPerSHistory is legs per second for each second of the last
 	// minute, oldest first (the sparkline).
 	ReqPerSHistory []float64 `json:"req_per_s_history"`
@@ -203,12 +205,10 @@ func (p *statusPage) backend(b *proxy.Backend, state string, now time.Time) stat
 			sb.HalfOpenInS = &v
 		}
 	}
-	if b.Role == proxy.Prefill {
+	if b.Role == proxy.Prefill && p.dir != nil { // bootstrap.mode off: no registry to show
 		reg := &statusRegistry{Ready: p.pool.RegistryReady(b)}
-		if p.dir != nil {
-			if addr := b.Bootstrap().Addr; addr != "" {
-				reg.Registered, reg.Expected = p.dir.Status(addr)
-			}
+		if addr := b.Bootstrap().Addr; addr != "" {
+			reg.Registered, reg.Expected = p.dir.Status(addr)
 		}
 		sb.Registry = reg
 	}

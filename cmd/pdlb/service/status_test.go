@@ -31,6 +31,13 @@ type statusLB struct {
 // the test calls tick.
 func startStatusLB(t *testing.T, prefills, decodes []*proxytest.Engine, opts ...lbOption) *statusLB {
 	t.Helper()
+	return startStatusLBClock(t, &fakeClock{now: time.Unix(1_000_000, 0)}, prefills, decodes, opts...)
+}
+
+// startStatusLBClock is startStatusLB with the sampler on clk, or on the
+// system clock (a sample a second) when clk is nil.
+func startStatusLBClock(t *testing.T, clk *fakeClock, prefills, decodes []*proxytest.Engine, opts ...lbOption) *statusLB {
+	t.Helper()
 	cfg := testConfig()
 	for _, p := range prefills {
 		cfg.Prefill = append(cfg.Prefill, config.Prefill{URL: p.URL})
@@ -46,17 +53,18 @@ func startStatusLB(t *testing.T, prefills, decodes []*proxytest.Engine, opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &fakeClock{now: time.Unix(1_000_000, 0)}
-	c := clk.clock()
-	c.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
-	svc.status.sampler.clock = c
+	if clk != nil {
+		c := clk.clock()
+		c.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+		svc.status.sampler.clock = c
+	}
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Shutdown(context.Background()) })
 	l := &statusLB{URL: "http://" + svc.Addr(), Admin: "http://127.0.0.1:" + strconv.Itoa(cfg.Admin.Port), svc: svc, clk: clk}
 	// The start's own sample, taken by the sampler's goroutine.
-	if !proxytest.WaitFor(2*time.Second, func() bool { return l.samples() == 1 }) {
+	if !proxytest.WaitFor(2*time.Second, func() bool { return l.samples() >= 1 }) {
 		t.Fatal("the sampler took no sample at start")
 	}
 	return l
@@ -179,8 +187,8 @@ func TestStatusJSONFromRunningEngines(t *testing.T) {
 	if g.State != "serving" || !g.Healthy || g.Breaker != "closed" || g.InFlight != 0 || g.HalfOpenInS != nil || g.Registry != nil {
 		t.Errorf("good decode %+v", g)
 	}
-	if pf.Registry == nil || !pf.Registry.Ready {
-		t.Errorf("prefill registry %+v, want ready (registry off)", pf.Registry)
+	if pf.Registry != nil {
+		t.Errorf("prefill registry %+v, want none (bootstrap.mode off)", pf.Registry)
 	}
 	if r := s.Totals.ReqPerS; r["2xx"] != 2 || r["5xx"] != 2 || r["4xx"] != 0 {
 		t.Errorf("totals %v, want 2xx 2/s and 5xx 2/s", r)
@@ -323,4 +331,41 @@ func do(t *testing.T, req *http.Request) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	return proxytest.ReadAll(t, resp, err)
+}
+
+// TestStatusRegistryRanks: a prefill's row shows its registry namespace's
+// ranks registered and expected, and readiness once all have registered.
+func TestStatusRegistryRanks(t *testing.T) {
+	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	bootPort := freePort(t)
+	l := startStatusLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {
+		c.Bootstrap = config.Default().Bootstrap
+		c.Bootstrap.Mode, c.Bootstrap.ListenHost = "embedded", "127.0.0.1"
+		c.Prefill = []config.Prefill{{URL: p.URL, BootstrapPort: &bootPort}}
+	})
+	registry := func() statusRegistry {
+		r := backendOf(t, l.status(t, ""), p.URL).Registry
+		if r == nil {
+			t.Fatal("a prefill with an embedded registry has no registry in its row")
+		}
+		return *r
+	}
+	if r := registry(); r.Ready || r.Registered != 0 || r.Expected != 0 {
+		t.Fatalf("before any rank: %+v", r)
+	}
+	for rank := range 2 {
+		body := `{"attn_tp_size":2,"attn_tp_rank":` + strconv.Itoa(rank) + `,"attn_cp_size":1,"attn_cp_rank":0,` +
+			`"attn_dp_size":1,"attn_dp_rank":0,"pp_size":1,"pp_rank":0,"system_dp_size":1,"system_dp_rank":0,` +
+			`"rank_ip":"127.0.0.1","rank_port":` + strconv.Itoa(40000+rank) + `,"page_size":64,"kv_cache_dtype":"auto",` +
+			`"load_balance_method":"follow_bootstrap_room"}`
+		req, _ := http.NewRequest("PUT", "http://127.0.0.1:"+strconv.Itoa(bootPort)+"/route", strings.NewReader(body))
+		if resp, b := do(t, req); resp.StatusCode != 200 {
+			t.Fatalf("registering rank %d: %d %s", rank, resp.StatusCode, b)
+		}
+		want := statusRegistry{Ready: rank == 1, Registered: rank + 1, Expected: 2}
+		if r := registry(); r != want {
+			t.Fatalf("after rank %d: %+v, want %+v", rank, r, want)
+		}
+	}
 }
