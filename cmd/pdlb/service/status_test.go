@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"pdlb"
@@ -366,6 +367,33 @@ func TestStatusRegistryRanks(t *testing.T) {
 		want := statusRegistry{Ready: rank == 1, Registered: rank + 1, Expected: 2}
 		if r := registry(); r != want {
 			t.Fatalf("after rank %d: %+v, want %+v", rank, r, want)
+		}
+	}
+}
+
+// BenchmarkStatusJSON is one GET /status.json's work with 64 backends and a
+// full ring: the snapshot and its encoding (a viewer asks once a second).
+func BenchmarkStatusJSON(b *testing.B) {
+	cfg := testConfig()
+	for i := range 64 {
+		cfg.Decode = append(cfg.Decode, config.Decode{URL: "http://10.0.0." + strconv.Itoa(i+1) + ":30000"})
+	}
+	cfg.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 5, OpenTimeout: time.Minute, HalfOpenMaxRequests: 1}
+	svc, err := New(&cfg, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, be := range svc.Pool.Backends(proxy.Decode) {
+		svc.Metrics.LegDone(be, nil)
+		svc.Metrics.LegAnswered(be, 20*time.Millisecond)
+	}
+	for range ringSamples {
+		svc.status.sampler.sample()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := json.Marshal(svc.status.snapshot()); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
