@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -98,22 +97,11 @@ func (l *statusLB) status(t *testing.T, key string) statusJSON {
 	return s
 }
 
+// admin sends one admin request (answered in JSON) and returns the status
+// and body.
 func (l *statusLB) admin(t *testing.T, method, path, key string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, l.Admin+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return (&adminServer{URL: l.Admin}).do(t, method, path, "", key)
 }
 
 func backendOf(t *testing.T, s statusJSON, url string) statusBackend {
