@@ -163,6 +163,14 @@ func (a *Admission) InFlight() int {
 	return a.inflight
 }
 
+// Limits are the cap on admitted requests and the wait queue's size (0:
+// no cap, no queue), for the gauges an alert compares Queued against.
+func (a *Admission) Limits() (maxConcurrent, queueSize int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.limit.max, a.limit.queue
+}
+
 // Queued is the number of requests waiting for a slot.
 func (a *Admission) Queued() int {
 	a.mu.Lock()

@@ -243,6 +243,9 @@ func TestAdmissionSetLimits(t *testing.T) {
 		a := NewAdmission(3, 0, time.Minute)
 		r1, r2, r3 := mustAdmit(t, a), mustAdmit(t, a), mustAdmit(t, a)
 		a.SetLimits(1, 0, time.Minute)
+		if limit, queue := a.Limits(); limit != 1 || queue != 0 {
+			t.Fatalf("Limits() = %d, %d after SetLimits(1, 0): the gauges would show the old limits", limit, queue)
+		}
 		if a.InFlight() != 3 {
 			t.Fatalf("lowering the cap dropped in-flight requests: %d", a.InFlight())
 		}

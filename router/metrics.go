@@ -324,6 +324,8 @@ var families = map[string]family{
 	// Admission control (Metrics.observeAdmission; request.go: admit).
 	"pdlb_admission_in_flight":     {typeGauge, "Requests admitted by admission control and not yet finished."},
 	"pdlb_admission_queued":        {typeGauge, "Requests waiting in the admission queue."},
+	"pdlb_admission_limit":         {typeGauge, "Requests admission control lets in at once (limits.max_concurrent_requests); 0: no cap."},
+	"pdlb_admission_queue_size":    {typeGauge, "Requests that may wait for a slot (limits.queue_size); queued ÷ this is the queue's saturation."},
 	"pdlb_admission_refused_total": {typeCounter, "Requests refused by admission control, by HTTP status (429 queue full, 503 queue timeout)."},
 	// Streams (Metrics.observeAdmission; stream.go).
 	"pdlb_streams_active": {typeGauge, "Streamed answers being relayed to clients."},
@@ -407,6 +409,9 @@ func (m *Metrics) observeAdmission(a *Admission) {
 	m.AddWriter(func(w io.Writer) {
 		metrics.WriteGaugeUint64(w, "pdlb_admission_in_flight", uint64(a.InFlight()))
 		metrics.WriteGaugeUint64(w, "pdlb_admission_queued", uint64(a.Queued()))
+		limit, queue := a.Limits()
+		metrics.WriteGaugeUint64(w, "pdlb_admission_limit", uint64(limit))
+		metrics.WriteGaugeUint64(w, "pdlb_admission_queue_size", uint64(queue))
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -227,13 +226,7 @@ func TestMetricsExpositionDescribesEveryFamily(t *testing.T) {
 // say about pdlb's families (and cannot fail to parse the scrape).
 // Without promtool on PATH it skips, except under CI (CI set), which fails.
 func TestMetricsPassPromtoolCheck(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("promtool not on PATH under CI (Debian package prometheus)")
-		}
-		t.Skip("promtool not on PATH (Debian package prometheus)")
-	}
+	promtool := lookPromtool(t)
 	body := scrapeBusyLB(t)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
