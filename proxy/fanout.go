@@ -18,6 +18,7 @@ type Proxy struct {
 	timeouts atomic.Pointer[config.Timeouts]
 	log      zerolog.Logger
 	now      func() time.Time
+	obs      LegObserver
 }
 
 // New returns a Proxy with the given leg timeouts.
@@ -110,6 +111,8 @@ type attempt struct {
 	merged   []byte // merged non-stream body
 	stream   Stream
 	watch    *clientWatch
+	// start is when the legs were sent (the observer's answer times).
+	start time.Time
 	// ptrace and dtrace hold the legs' trace head lines: the caller's may
 	// change once Do returns, before the prefill goroutine has sent them.
 	ptrace, dtrace []byte
@@ -158,7 +161,7 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 		a.dtrace = append(a.dtrace[:0], x.DecodeTrace...)
 		a.x.PrefillTrace, a.x.DecodeTrace = a.ptrace, a.dtrace
 	}
-	a.deadline = x.Deadline
+	a.deadline, a.start = x.Deadline, now
 	a.pl.b, a.dl.b = x.Prefill.b, x.Decode.b
 	a.refs.Store(2) // this goroutine and the prefill goroutine
 
@@ -168,8 +171,9 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	ans, err := a.runDecode(earlier(now.Add(a.t.DecodeFirstByte), a.deadline))
 	a.watch.stop()
 	if err == nil {
+		p.answered(a.dl.b, now)
 		if ans.Stream == nil {
-			x.Decode.Done(nil)
+			p.settle(x.Decode, nil)
 			a.report(&a.dl, Decode, a.stamp(), len(ans.Body), 0, nil)
 		}
 		return ans, nil
@@ -178,18 +182,18 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	switch {
 	case err.Kind == KindCancelled && errors.Is(err.Err, ErrClientGone):
 		a.pl.cancel(ErrClientGone)
-		x.Decode.Done(err)
+		p.settle(x.Decode, err)
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, err)
 		return nil, err
 	case a.state.Load() == prefillFailed:
 		// The prefill failed first and cut the decode: answer its error.
 		cut := &UpstreamError{Backend: a.dl.b, Kind: KindCancelled, Err: errPrefillFailed}
-		x.Decode.Done(cut)
+		p.settle(x.Decode, cut)
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, cut)
 		return nil, <-a.pdone
 	default:
 		a.pl.cancel(errCancelled)
-		x.Decode.Done(err)
+		p.settle(x.Decode, err)
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, err)
 		return nil, err
 	}
@@ -228,7 +232,10 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 		}
 		a.report(l, Prefill, first, n, 0, err)
 	}
-	a.x.Prefill.Done(err)
+	a.p.settle(a.x.Prefill, err)
+	if err == nil && sr == nil {
+		a.p.answered(l.b, a.start)
+	}
 	if err != nil && a.state.CompareAndSwap(pending, prefillFailed) {
 		a.dl.cancel(errPrefillFailed)
 	}
@@ -237,7 +244,10 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 	}
 	a.pdone <- err // capacity 1: never blocks
 	if sr != nil {
-		bytes, events := drainStream(l, sr)
+		bytes, events, clean := drainStream(l, sr)
+		if clean {
+			a.p.answered(l.b, a.start)
+		}
 		if a.x.MergeLogprobs {
 			events++ // the first, read for the merge
 		}
@@ -276,20 +286,21 @@ func (a *attempt) prefillFirstEvent() (*sseReader, *UpstreamError) {
 // pdlb hang up on it (SGLang aborts a request whose client left) and the
 // connection can be reused. It stops at [DONE]: engines may keep the body
 // open after it. It returns the bytes and the number of the events read
-// after the first (which prefillFirstEvent may have read).
-func drainStream(l *leg, sr *sseReader) (bytes, events int) {
+// after the first (which prefillFirstEvent may have read), and whether the
+// stream ended cleanly ([DONE] or the end of the body).
+func drainStream(l *leg, sr *sseReader) (bytes, events int, clean bool) {
 	defer releaseSSEReader(sr)
 	for {
 		ev, err := sr.next()
 		if err != nil {
 			l.closeStream(isEOF(err))
-			return bytes, events
+			return bytes, events, isEOF(err)
 		}
 		bytes += len(ev)
 		events++
 		if isDone(ev) {
 			l.closeStream(finishAfterDone(l, sr))
-			return bytes, events
+			return bytes, events, true
 		}
 	}
 }

@@ -188,13 +188,15 @@ func (s *Stream) finish(res RelayResult) {
 	default:
 		uerr = &UpstreamError{Backend: s.l.b, Kind: KindCancelled, Err: err}
 	}
-	s.ticket.Done(uerr)
 	l := s.l
 	s.l = nil
 	if a := s.a; a != nil {
+		a.p.settle(s.ticket, uerr)
 		s.a = nil
 		a.report(l, Decode, s.firstAt, res.Bytes, res.Events, uerr)
 		a.unref()
+	} else {
+		s.ticket.Done(uerr)
 	}
 }
 

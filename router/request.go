@@ -129,20 +129,22 @@ func (q *request) finish() {
 	}
 	if q.hijacked {
 		q.conn.Close()
+		q.r.activeStreams.Add(-1)
 		q.r.streams.Done()
 	}
 }
 
 // log writes the request's one line: info, or warn for 5xx, a client that
 // left (499) and a stream that broke after its 200.
+// A failure logged at warn is also kept for the status page.
 func (q *request) log(elapsed time.Duration) {
+	warn := q.status >= 500 || q.status == statusClientGone || q.err != nil && q.status < 400
 	var ev *zerolog.Event
-	switch {
-	case q.status >= 500 || q.status == statusClientGone:
+	if warn {
 		ev = q.r.log.Warn()
-	case q.err != nil && q.status < 400:
-		ev = q.r.log.Warn()
-	default:
+		q.r.errors.add(RecentError{Time: q.start.Add(elapsed), RequestID: q.id, Route: q.route, Status: q.status,
+			Cause: q.err, Prefill: q.prefill, Decode: q.decode})
+	} else {
 		ev = q.r.log.Info()
 	}
 	if !ev.Enabled() {

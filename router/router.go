@@ -51,8 +51,12 @@ type Router struct {
 	// tracer traces requests; nil when tracing is off.
 	tracer trace.Tracer
 	// streams counts relays running on hijacked connections, which
-	// fasthttp's Shutdown does not wait for.
-	streams sync.WaitGroup
+	// fasthttp's Shutdown does not wait for; activeStreams is the same
+	// count as a number (pdlb_streams_active).
+	streams       sync.WaitGroup
+	activeStreams atomic.Int64
+	// errors keeps the last failed requests for the status page.
+	errors recentErrors
 }
 
 // Options wire a Router.
@@ -79,12 +83,22 @@ func New(o Options) *Router {
 	lim := o.Settings.Limits
 	r.admission = NewAdmission(lim.MaxConcurrentRequests, lim.QueueSize, lim.QueueTimeout)
 	r.proxy = proxy.New(o.Settings.Timeout, o.Log)
+	if o.Metrics != nil {
+		r.proxy.SetObserver(o.Metrics) // per-backend request and TTFT series
+	}
 	r.settings.Store(newLiveSettings(o.Settings))
 	r.table = r.buildRoutes()
 	r.server = r.newServer()
 	r.metrics.observeAdmission(r.admission)
+	r.metrics.observeStreams(&r.activeStreams)
 	return r
 }
+
+// Admission is the admission gate (limits.max_concurrent_requests).
+func (r *Router) Admission() *Admission { return r.admission }
+
+// ActiveStreams is the number of streamed answers being relayed.
+func (r *Router) ActiveStreams() int64 { return r.activeStreams.Load() }
 
 // Apply puts what a reload changes into force for new requests: settings,
 // leg timeouts and admission limits. Requests in flight keep theirs.

@@ -55,6 +55,14 @@ func NewEngineOn(t testing.TB, ln net.Listener, h fasthttp.RequestHandler) *Engi
 	return e
 }
 
+// Close stops the engine at once, as if it was killed: its listener and
+// every connection close (pdlb's next health check fails).
+func (e *Engine) Close() {
+	if e.srv != nil {
+		e.srv.Shutdown()
+	}
+}
+
 // RawEngine answers every request on a connection with raw bytes and then
 // closes the connection: for answers no well-behaved server would send.
 func RawEngine(t testing.TB, raw string) *Engine {

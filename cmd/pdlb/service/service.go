@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/router"
@@ -39,6 +41,11 @@ type Service struct {
 	tracing *sdktrace.TracerProvider
 	// traceFlush bounds the export of queued spans at shutdown.
 	traceFlush time.Duration
+	// status is the admin listener's status page; its sampler runs while
+	// the admin listener does (stopStatus ends it).
+	status     *statusPage
+	stopStatus context.CancelFunc
+	statusDone sync.WaitGroup
 
 	// mu guards cfg and health against concurrent reloads and admin additions.
 	mu      sync.Mutex
@@ -90,6 +97,8 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
+	s.status = &statusPage{pool: s.Pool, admin: s.admin, router: s.Router, metrics: s.Metrics, dir: s.reg.dir, now: time.Now}
+	s.status.sampler = newStatusSampler(s.Metrics, s.sampledBackends, pdlb.SystemClock())
 	if cfg.Metrics.Enabled {
 		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
 	}
@@ -136,7 +145,8 @@ func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
 	return h
 }
 
-// startAdmin serves the admin API (/workers) and /metrics on admin.host:admin.port.
+// startAdmin serves the admin API (/workers), the status page and /metrics
+// on admin.host:admin.port, and starts the status page's sampler.
 func (s *Service) startAdmin(c config.Admin) error {
 	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
 	ln, err := net.Listen("tcp", addr)
@@ -146,18 +156,31 @@ func (s *Service) startAdmin(c config.Admin) error {
 	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: debugLogger{s.log}}
 	s.adminLn = ln
 	go s.adminSv.Serve(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopStatus = cancel
+	s.statusDone.Go(func() { s.status.sampler.run(ctx) })
 	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
 	return nil
 }
 
 func (s *Service) adminHandler(ctx *fasthttp.RequestCtx) {
-	if string(ctx.Path()) == "/metrics" {
+	switch path := string(ctx.Path()); {
+	case path == "/metrics":
 		if s.admin.authorized(ctx) {
 			s.Metrics.Handler(ctx)
 		}
-		return
+	case s.status.serves(path):
+		s.status.handle(ctx)
+	default:
+		s.admin.Handler(ctx)
 	}
-	s.admin.Handler(ctx)
+}
+
+// sampledBackends is what the status page samples: the pool and the
+// backends still draining (their requests are still counted).
+func (s *Service) sampledBackends() []*proxy.Backend {
+	out := slices.Concat(s.Pool.Backends(proxy.Prefill), s.Pool.Backends(proxy.Decode))
+	return append(out, s.admin.Draining()...)
 }
 
 // Config returns the configuration in force.
@@ -187,6 +210,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
 		s.adminLn.Close()
+		s.stopStatus()
+		s.statusDone.Wait()
 	}
 	s.admin.Close()
 	s.reg.shutdown(ctx)
