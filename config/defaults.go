@@ -80,5 +80,12 @@ func Default() Config {
 				BlockBytes:          64,
 			},
 		},
+		Cluster: Cluster{Etcd: Etcd{
+			Endpoints:      []string{},
+			Prefix:         "/pdlb/",
+			DialTimeout:    5 * time.Second,
+			RequestTimeout: 3 * time.Second,
+			LeaseTTL:       10 * time.Second,
+		}},
 	}
 }

@@ -32,6 +32,7 @@ type Service struct {
 	admin   *Admin
 	adminSv *fasthttp.Server
 	reg     *registryWiring
+	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
 
 	// mu guards cfg and health against concurrent reloads and admin additions.
 	mu      sync.Mutex
@@ -43,6 +44,15 @@ type Service struct {
 // New wires a Service; nothing listens until Start.
 func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log)}
+	var err error
+	if s.cluster, err = newClusterWiring(cfg, s.reg, log); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.cluster.shutdown() // the etcd client's connections
+		}
+	}()
 	var ready proxy.Readiness
 	if s.reg.dir != nil {
 		ready = s.reg.dir
@@ -50,16 +60,17 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s.Pool = proxy.NewPool(ready)
 	s.Metrics = router.NewMetrics(s.Pool)
 	s.reg.observe(s.Metrics, s.Pool)
+	s.cluster.observe(s.Metrics)
 	for _, p := range cfg.Prefill {
-		b, err := s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort)
-		if err != nil {
+		var b *proxy.Backend
+		if b, err = s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort); err != nil {
 			return nil, err
 		}
 		s.Pool.Add(b)
 	}
 	for _, d := range cfg.Decode {
-		b, err := s.NewBackend(d.URL, proxy.Decode, nil)
-		if err != nil {
+		var b *proxy.Backend
+		if b, err = s.NewBackend(d.URL, proxy.Decode, nil); err != nil {
 			return nil, err
 		}
 		s.Pool.Add(b)
@@ -74,6 +85,9 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
+	if s.cluster != nil {
+		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
+	}
 	if cfg.Metrics.Enabled {
 		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
 	}
@@ -107,6 +121,7 @@ func (s *Service) Start() error {
 			return err
 		}
 	}
+	s.cluster.start(s)
 	return nil
 }
 
@@ -165,6 +180,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
 	}
+	s.cluster.shutdown()
 	s.admin.Close()
 	s.reg.shutdown(ctx)
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
