@@ -36,6 +36,11 @@ type Namespace struct {
 	// older one must not replace a newer one.
 	rev int64
 
+	// gen counts changes (registrations, loads, resets), so
+	// bootstrap.forget_after can tell a namespace written since a prefill
+	// was lost from one left as it was.
+	gen atomic.Uint64
+
 	// Read without the lock by the request path and the GET handlers.
 	state *readiness
 	snap  atomic.Pointer[snapshot] // non-nil iff ready
@@ -100,6 +105,7 @@ func (ns *Namespace) load(st *NamespaceState, rev int64) (becameReady bool) {
 // every change once ready: page_size/kv_cache_dtype may still go from null
 // to a value through a re-registration.
 func (ns *Namespace) publish() (becameReady bool) {
+	ns.gen.Add(1)
 	n, want := ns.st.counts()
 	ns.state.setCounts(n, want)
 	if want == 0 || n != want {

@@ -2,7 +2,10 @@ package service
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -37,6 +40,7 @@ type clusterWiring struct {
 	health   *etcdstore.Health
 	registry *etcdstore.Registry // nil unless bootstrap.mode is embedded
 	workers  *etcdstore.Workers
+	replica  *etcdstore.Replica
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -61,7 +65,8 @@ func newClusterWiring(cfg *config.Config, reg *registryWiring, log zerolog.Logge
 	c := &clusterWiring{cfg: e, cli: cli, adopted: map[string]bool{},
 		log:     log.With().Str("component", "cluster").Logger(),
 		health:  etcdstore.NewHealth(cli, e.Prefix, healthEvery, e.RequestTimeout, log),
-		workers: etcdstore.NewWorkers(cli, e.Prefix, log)}
+		workers: etcdstore.NewWorkers(cli, e.Prefix, log),
+		replica: etcdstore.NewReplica(cli, e.Prefix, replicaID(cfg), e.LeaseTTL, log)}
 	if reg.registry != nil {
 		c.registry = etcdstore.NewRegistry(cli, e.Prefix, reg.registry, log)
 		reg.registry.SetStore(c.registry, e.RequestTimeout)
@@ -80,13 +85,14 @@ func (c *clusterWiring) start(s *Service) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.wg.Go(func() { c.health.Run(ctx) })
+	c.wg.Go(func() { c.replica.Run(ctx) })
 	if c.registry != nil {
 		c.wg.Go(func() { c.registry.Mirror(ctx) })
 	}
 	c.wg.Go(func() {
 		c.workers.Mirror(ctx, func(ws []etcdstore.Worker) { c.listed(s, ws) }, func(w etcdstore.Worker) { c.put(s, w) }, func(u string) { c.deleted(s, u) })
 	})
-	c.log.Info().Strs("endpoints", c.cfg.Endpoints).Str("prefix", c.cfg.Prefix).Bool("registry", c.registry != nil).
+	c.log.Info().Strs("endpoints", c.cfg.Endpoints).Str("prefix", c.cfg.Prefix).Bool("registry", c.registry != nil).Str("replica", c.replica.ID()).
 		Msg("sharing the registry and the admin API's workers through etcd")
 }
 
@@ -177,6 +183,16 @@ func (c *clusterWiring) deleted(s *Service, url string) {
 	if b := s.Pool.Find(url); b != nil && had {
 		s.admin.Drain(b)
 	}
+}
+
+// replicaID names this process in etcd: readable (host and serving
+// address) and unique (the pid and a random suffix: a restarted replica is
+// a new member, its predecessor's lease runs out on its own).
+func replicaID(cfg *config.Config) string {
+	host, _ := os.Hostname()
+	var r [3]byte
+	_, _ = rand.Read(r[:])
+	return fmt.Sprintf("%s_%s_%d_%d_%x", host, cfg.Server.Host, cfg.Server.Port, os.Getpid(), r)
 }
 
 // urlKey is a backend URL as the pool compares them.

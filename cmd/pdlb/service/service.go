@@ -17,6 +17,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"pdlb"
+	"pdlb/bootstrap/etcdstore"
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/router"
@@ -33,6 +35,7 @@ type Service struct {
 	adminSv *fasthttp.Server
 	reg     *registryWiring
 	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
+	forget  *forgetter     // nil unless bootstrap.forget_after (embedded mode)
 
 	// mu guards cfg and health against concurrent reloads and admin additions.
 	mu      sync.Mutex
@@ -82,6 +85,14 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 		Info:     infoSource(s.reg.dir),
 		Log:      log,
 	})
+	if cfg.Bootstrap.ForgetAfter > 0 && s.reg.registry != nil {
+		var replica *etcdstore.Replica
+		timeout := config.Default().Cluster.Etcd.RequestTimeout
+		if s.cluster != nil {
+			replica, timeout = s.cluster.replica, cfg.Cluster.Etcd.RequestTimeout
+		}
+		s.forget = newForgetter(cfg.Bootstrap.ForgetAfter, s.reg.registry, replica, timeout, pdlb.SystemClock(), log)
+	}
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
@@ -122,12 +133,16 @@ func (s *Service) Start() error {
 		}
 	}
 	s.cluster.start(s)
+	s.forget.start()
 	return nil
 }
 
 func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
 	h := proxy.NewHealthChecker(s.Pool, c, s.log)
-	h.OnResult = s.Metrics.HealthCheck
+	h.OnResult = func(b *proxy.Backend, ok bool) {
+		s.Metrics.HealthCheck(b, ok)
+		s.forget.observe(b, ok)
+	}
 	h.DPSizes = s.cfg.Policy.DPAware
 	h.EngineLoads = s.cfg.Policy.PowerOfTwo.EngineLoad
 	return h
@@ -180,6 +195,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
 	}
+	s.forget.stop()
 	s.cluster.shutdown()
 	s.admin.Close()
 	s.reg.shutdown(ctx)
