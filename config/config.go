@@ -21,6 +21,7 @@ type Config struct {
 	Admin     Admin     `koanf:"admin"`
 	Metrics   Metrics   `koanf:"metrics"`
 	Policy    Policy    `koanf:"policy"`
+	Tracing   Tracing   `koanf:"tracing"`
 	Cluster   Cluster   `koanf:"cluster"`
 }
 
@@ -317,6 +318,32 @@ type CacheAware struct {
 	// 64 bytes is about 16 tokens of text, 10 of input_ids. 16..4096.
 	// Default 64.
 	BlockBytes int `koanf:"block_bytes"`
+}
+
+// Tracing configures OpenTelemetry traces, exported over OTLP/HTTP. The
+// exporter also reads the standard OTEL_EXPORTER_OTLP_* variables; a key
+// set here takes precedence over its OTEL_ counterpart. Read at start only.
+type Tracing struct {
+	// Enabled turns tracing on; off, the request path does no tracing work
+	// at all. Default false.
+	Enabled bool `koanf:"enabled"`
+	// Endpoint is the collector's OTLP/HTTP base URL, read as
+	// OTEL_EXPORTER_OTLP_ENDPOINT is ("http://collector:4318"; spans go to
+	// its path + /v1/traces). Empty leaves OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// or OTEL_EXPORTER_OTLP_ENDPOINT in force, else http://localhost:4318. Default "".
+	Endpoint string `koanf:"endpoint"`
+	// SampleRatio is the share (0..1) of the requests that start a trace
+	// here which are sampled; a request that arrives with a W3C traceparent
+	// follows its sampled flag (parent-based sampling). It replaces
+	// OTEL_TRACES_SAMPLER. Default 1.
+	SampleRatio float64 `koanf:"sample_ratio"`
+	// ServiceName is the service.name resource attribute; it replaces
+	// OTEL_SERVICE_NAME (OTEL_RESOURCE_ATTRIBUTES adds others). Default "pdlb".
+	ServiceName string `koanf:"service_name"`
+	// Headers are sent with every export (an API key, say). When not empty
+	// they replace OTEL_EXPORTER_OTLP_HEADERS. From the environment or
+	// --set: "name=value,name2=value2". Default {}.
+	Headers map[string]string `koanf:"headers"`
 }
 
 // Cluster lets several pdlb replicas share the embedded registry and the

@@ -80,6 +80,7 @@ func Default() Config {
 				BlockBytes:          64,
 			},
 		},
+		Tracing: Tracing{SampleRatio: 1, ServiceName: "pdlb", Headers: map[string]string{}},
 		Cluster: Cluster{Etcd: Etcd{
 			Endpoints:      []string{},
 			Prefix:         "/pdlb/",

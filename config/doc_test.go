@@ -96,6 +96,8 @@ func docMatches(stated string, v reflect.Value) bool {
 		return stated == "nil" && v.IsNil()
 	case reflect.Slice:
 		return stated == "nil" && v.IsNil() || stated == "[]" && !v.IsNil() && v.Len() == 0
+	case reflect.Map:
+		return stated == "{}" && !v.IsNil() && v.Len() == 0
 	}
 	return false
 }

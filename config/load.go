@@ -143,11 +143,32 @@ func overrideLayer(over map[string]any) (map[string]any, error) {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
+// parsePairs reads "a=1, b=2" ("" is the empty map) into a map.
+func parsePairs(s string) (map[string]any, error) {
+	out := map[string]any{}
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(item, "=")
+		if name = strings.TrimSpace(name); !ok || name == "" {
+			return nil, fmt.Errorf("%q is not name=value", item)
+		}
+		out[name] = strings.TrimSpace(val)
+	}
+	return out, nil
+}
+
 // parseAs reads a textual value (env var, --set) as the key's Go type, so
 // "0123" stays a string for api_key and "9000" becomes an int for a port.
 // A list of strings is comma-separated ("10.0.0.0/16, 10.1.0.5"; "" is the
-// empty list): its items (CIDRs) never contain a comma.
+// empty list): its items (CIDRs) never contain a comma. A map of strings
+// (tracing.headers) is "name=value" pairs, comma-separated, as
+// OTEL_EXPORTER_OTLP_HEADERS writes them.
 func parseAs(t reflect.Type, s string) (any, error) {
+	if t.Kind() == reflect.Map && t.Elem().Kind() == reflect.String {
+		return parsePairs(s)
+	}
 	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String {
 		items := []string{}
 		for item := range strings.SplitSeq(s, ",") {

@@ -29,6 +29,7 @@ func (c *Config) Validate() error {
 		c.checkAdmin,
 		c.checkPolicy,
 		c.checkCacheAware,
+		c.checkTracing,
 		c.checkCluster,
 	}
 	for _, check := range checks {

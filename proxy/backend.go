@@ -164,6 +164,10 @@ func (b *Backend) Draining() bool { return b.draining.Load() }
 // Drain stops new requests to the backend; in-flight ones finish.
 func (b *Backend) Drain() { b.draining.Store(true) }
 
+// Undrain lets a draining backend take new requests again (the admin API
+// puts it back into the pool first).
+func (b *Backend) Undrain() { b.draining.Store(false) }
+
 // Healthy reports the active health checks' verdict (true when checks are off).
 func (b *Backend) Healthy() bool { return !b.unhealthy.Load() }
 

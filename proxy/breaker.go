@@ -76,6 +76,15 @@ func NewBreaker(name string, c config.Breaker, log zerolog.Logger, onChange func
 // State is the breaker's current state ("closed", "half-open", "open").
 func (b *Breaker) State() gobreaker.State { return b.cb.State() }
 
+// OpenUntil is when an open breaker admits its first half-open probe
+// (zero while it is not open), for operators watching it.
+func (b *Breaker) OpenUntil() time.Time {
+	if gobreaker.State(b.state.Load()) != gobreaker.StateOpen {
+		return time.Time{}
+	}
+	return time.Unix(0, b.openedAt.Load()).Add(b.timeout)
+}
+
 // mayAllow is the lock-free pre-check used by selection: an open breaker is
 // skipped until its timeout has passed (then Allow moves it to half-open).
 func (b *Breaker) mayAllow(now time.Time) bool {

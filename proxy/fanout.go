@@ -18,6 +18,7 @@ type Proxy struct {
 	timeouts atomic.Pointer[config.Timeouts]
 	log      zerolog.Logger
 	now      func() time.Time
+	obs      LegObserver
 }
 
 // New returns a Proxy with the given leg timeouts.
@@ -50,6 +51,12 @@ type Exchange struct {
 	// Buffer, when set, holds PrefillBody and DecodeBody; it goes back to
 	// its pool once both legs are done with them.
 	Buffer *bytebufferpool.ByteBuffer
+	// PrefillTrace and DecodeTrace are extra head lines for each leg's
+	// request, each ending in CRLF (the W3C traceparent of the leg's span);
+	// Do copies them before it returns.
+	PrefillTrace, DecodeTrace []byte
+	// Tracer, when set, receives each leg's report as it ends.
+	Tracer LegTracer
 }
 
 // Answer is what the client gets once the decode committed. ContentType
@@ -104,6 +111,11 @@ type attempt struct {
 	merged   []byte // merged non-stream body
 	stream   Stream
 	watch    *clientWatch
+	// start is when the legs were sent (the observer's answer times).
+	start time.Time
+	// ptrace and dtrace hold the legs' trace head lines: the caller's may
+	// change once Do returns, before the prefill goroutine has sent them.
+	ptrace, dtrace []byte
 }
 
 var attemptPool = sync.Pool{New: func() any { return &attempt{pdone: make(chan *UpstreamError, 1)} }}
@@ -144,7 +156,12 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	now := p.now()
 	a := attemptPool.Get().(*attempt)
 	a.x, a.p, a.t = *x, p, p.Timeouts()
-	a.deadline = x.Deadline
+	if len(x.PrefillTrace)+len(x.DecodeTrace) > 0 {
+		a.ptrace = append(a.ptrace[:0], x.PrefillTrace...)
+		a.dtrace = append(a.dtrace[:0], x.DecodeTrace...)
+		a.x.PrefillTrace, a.x.DecodeTrace = a.ptrace, a.dtrace
+	}
+	a.deadline, a.start = x.Deadline, now
 	a.pl.b, a.dl.b = x.Prefill.b, x.Decode.b
 	a.refs.Store(2) // this goroutine and the prefill goroutine
 
@@ -154,8 +171,10 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	ans, err := a.runDecode(earlier(now.Add(a.t.DecodeFirstByte), a.deadline))
 	a.watch.stop()
 	if err == nil {
+		p.answered(a.dl.b, now)
 		if ans.Stream == nil {
-			x.Decode.Done(nil)
+			p.settle(x.Decode, nil)
+			a.report(&a.dl, Decode, a.stamp(), len(ans.Body), 0, nil)
 		}
 		return ans, nil
 	}
@@ -163,15 +182,19 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	switch {
 	case err.Kind == KindCancelled && errors.Is(err.Err, ErrClientGone):
 		a.pl.cancel(ErrClientGone)
-		x.Decode.Done(err)
+		p.settle(x.Decode, err)
+		a.report(&a.dl, Decode, time.Time{}, 0, 0, err)
 		return nil, err
 	case a.state.Load() == prefillFailed:
 		// The prefill failed first and cut the decode: answer its error.
-		x.Decode.Done(&UpstreamError{Backend: a.dl.b, Kind: KindCancelled, Err: errPrefillFailed})
+		cut := &UpstreamError{Backend: a.dl.b, Kind: KindCancelled, Err: errPrefillFailed}
+		p.settle(x.Decode, cut)
+		a.report(&a.dl, Decode, time.Time{}, 0, 0, cut)
 		return nil, <-a.pdone
 	default:
 		a.pl.cancel(errCancelled)
-		x.Decode.Done(err)
+		p.settle(x.Decode, err)
+		a.report(&a.dl, Decode, time.Time{}, 0, 0, err)
 		return nil, err
 	}
 }
@@ -182,7 +205,7 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 func (a *attempt) runPrefill(firstByte time.Time) {
 	l := &a.pl
 	defer a.unref()
-	err := l.start(a.x.Path, a.x.PrefillBody, a.x.RequestID, firstByte)
+	err := l.start(a.x.Path, a.x.PrefillBody, a.x.RequestID, a.x.PrefillTrace, firstByte)
 	if err == nil {
 		if !l.ok() {
 			err = l.statusError(a.deadline)
@@ -197,7 +220,22 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 	if err == nil && a.x.Stream {
 		sr, err = a.prefillFirstEvent()
 	}
-	a.x.Prefill.Done(err)
+	var first time.Time
+	if err == nil {
+		first = a.stamp()
+	}
+	if sr == nil && a.x.Tracer != nil {
+		// Before pdone: a prefill that failed first ends before its attempt.
+		n := 0
+		if !a.x.Stream {
+			n = len(l.resp.Body()) // a stream's Body would read the stream
+		}
+		a.report(l, Prefill, first, n, 0, err)
+	}
+	a.p.settle(a.x.Prefill, err)
+	if err == nil && sr == nil {
+		a.p.answered(l.b, a.start)
+	}
 	if err != nil && a.state.CompareAndSwap(pending, prefillFailed) {
 		a.dl.cancel(errPrefillFailed)
 	}
@@ -206,7 +244,14 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 	}
 	a.pdone <- err // capacity 1: never blocks
 	if sr != nil {
-		drainStream(l, sr)
+		bytes, events, clean := drainStream(l, sr)
+		if clean {
+			a.p.answered(l.b, a.start)
+		}
+		if a.x.MergeLogprobs {
+			events++ // the first, read for the merge
+		}
+		a.report(l, Prefill, first, bytes, events, nil)
 	}
 }
 
@@ -240,18 +285,22 @@ func (a *attempt) prefillFirstEvent() (*sseReader, *UpstreamError) {
 // drainStream reads a prefill stream to its end so the engine never sees
 // pdlb hang up on it (SGLang aborts a request whose client left) and the
 // connection can be reused. It stops at [DONE]: engines may keep the body
-// open after it.
-func drainStream(l *leg, sr *sseReader) {
+// open after it. It returns the bytes and the number of the events read
+// after the first (which prefillFirstEvent may have read), and whether the
+// stream ended cleanly ([DONE] or the end of the body).
+func drainStream(l *leg, sr *sseReader) (bytes, events int, clean bool) {
 	defer releaseSSEReader(sr)
 	for {
 		ev, err := sr.next()
 		if err != nil {
 			l.closeStream(isEOF(err))
-			return
+			return bytes, events, isEOF(err)
 		}
+		bytes += len(ev)
+		events++
 		if isDone(ev) {
 			l.closeStream(finishAfterDone(l, sr))
-			return
+			return bytes, events, true
 		}
 	}
 }
@@ -261,7 +310,7 @@ func drainStream(l *leg, sr *sseReader) {
 func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 	l := &a.dl
 	x := &a.x
-	if err := l.start(x.Path, x.DecodeBody, x.RequestID, firstByte); err != nil {
+	if err := l.start(x.Path, x.DecodeBody, x.RequestID, x.DecodeTrace, firstByte); err != nil {
 		a.state.CompareAndSwap(pending, decodeFailed)
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func closedPortURL(t *testing.T) string {
 	return "http://" + addr
 }
 
-func mustBackend(t *testing.T, url string, role Role) *Backend {
+func mustBackend(t testing.TB, url string, role Role) *Backend {
 	t.Helper()
 	b, err := NewBackend(url, role, time.Second)
 	if err != nil {

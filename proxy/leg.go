@@ -117,8 +117,8 @@ func (l *leg) fail(kind Kind, err error) *UpstreamError {
 // start sends the request and reads the response headers before deadline.
 // A reused connection that the backend had already closed is retried once
 // on a freshly dialled one: nothing reached the engine's application then.
-func (l *leg) start(path string, body []byte, requestID string, deadline time.Time) *UpstreamError {
-	l.head = appendRequestHead(l.head[:0], path, l.b.hostHeader, len(body), requestID)
+func (l *leg) start(path string, body []byte, requestID string, extra []byte, deadline time.Time) *UpstreamError {
+	l.head = appendRequestHead(l.head[:0], path, l.b.hostHeader, len(body), requestID, extra)
 	for attempt := 0; ; attempt++ {
 		var c *upConn
 		var reused bool
@@ -243,8 +243,9 @@ func (l *leg) writeRequest(c *upConn, body []byte) error {
 // appendRequestHead renders the head of an engine request. Every leg is a
 // JSON POST with a known length, so five lines written directly replace
 // fasthttp's general request header (and its buffers, held by every leg of
-// every stream in flight).
-func appendRequestHead(dst []byte, path, host string, n int, requestID string) []byte {
+// every stream in flight). extra holds further header lines, each ending
+// in CRLF (a traceparent).
+func appendRequestHead(dst []byte, path, host string, n int, requestID string, extra []byte) []byte {
 	dst = append(dst, "POST "...)
 	dst = append(dst, path...)
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
@@ -255,7 +256,9 @@ func appendRequestHead(dst []byte, path, host string, n int, requestID string) [
 		dst = append(dst, "\r\n"+HeaderRequestID+": "...)
 		dst = append(dst, requestID...)
 	}
-	return append(dst, "\r\n\r\n"...)
+	dst = append(dst, "\r\n"...)
+	dst = append(dst, extra...)
+	return append(dst, "\r\n"...)
 }
 
 // HeaderRequestID is the request-id header sent to both legs and echoed.

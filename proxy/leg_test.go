@@ -66,7 +66,7 @@ func TestRestartedBackendPooledConnections(t *testing.T) {
 
 	l := &leg{b: b}
 	defer l.reset()
-	if uerr := l.start("/generate", []byte(`{}`), "", time.Now().Add(2*time.Second)); uerr != nil {
+	if uerr := l.start("/generate", []byte(`{}`), "", nil, time.Now().Add(2*time.Second)); uerr != nil {
 		t.Fatalf("request after the engine restarted: %v", uerr)
 	}
 	if l.status() != 200 {

@@ -28,6 +28,8 @@ type Stream struct {
 	deadline time.Time
 	scratch  []byte
 	now      func() time.Time
+	// firstAt is when the first event arrived (set only when traced).
+	firstAt time.Time
 }
 
 // openDecodeStream reads the decode's first event before firstByte.
@@ -59,6 +61,7 @@ func (a *attempt) openDecodeStream(firstByte time.Time) (*Stream, *UpstreamError
 	s := &a.stream
 	s.l, s.c, s.sr, s.first = &a.dl, c, sr, ev
 	s.idle, s.deadline, s.now = a.t.DecodeIdle, a.deadline, a.p.now
+	s.firstAt = a.stamp()
 	return s, nil
 }
 
@@ -81,7 +84,7 @@ type RelayResult struct {
 // connection open. A decode failure mid-stream becomes a final SSE error
 // event. client may be nil (no write deadlines).
 func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duration) (res RelayResult) {
-	defer func() { s.finish(res.Err) }()
+	defer func() { s.finish(res) }()
 	ev := s.first
 	for {
 		if client != nil && writeTimeout > 0 {
@@ -173,23 +176,27 @@ func (s *Stream) release(clean bool) {
 	s.l.closeStream(clean)
 }
 
-func (s *Stream) finish(err error) {
+func (s *Stream) finish(res RelayResult) {
 	s.release(false)
 	if s.l == nil {
 		return
 	}
 	var uerr *UpstreamError
-	switch {
+	switch err := res.Err; {
 	case err == nil:
 	case errors.As(err, &uerr):
 	default:
 		uerr = &UpstreamError{Backend: s.l.b, Kind: KindCancelled, Err: err}
 	}
-	s.ticket.Done(uerr)
+	l := s.l
 	s.l = nil
 	if a := s.a; a != nil {
+		a.p.settle(s.ticket, uerr)
 		s.a = nil
+		a.report(l, Decode, s.firstAt, res.Bytes, res.Events, uerr)
 		a.unref()
+	} else {
+		s.ticket.Done(uerr)
 	}
 }
 

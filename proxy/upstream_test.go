@@ -214,7 +214,7 @@ func TestUpstreamReadsLargeResponseHeads(t *testing.T) {
 			b := mustBackend(t, e.URL, Decode)
 			l := &leg{b: b}
 			defer l.reset()
-			uerr := l.start("/generate", []byte(`{}`), "", time.Now().Add(5*time.Second))
+			uerr := l.start("/generate", []byte(`{}`), "", nil, time.Now().Add(5*time.Second))
 			if !tc.ok {
 				if uerr == nil || uerr.Kind != KindProtocol {
 					t.Fatalf("head of %d bytes: %v, want a protocol error", tc.size, uerr)

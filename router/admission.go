@@ -89,22 +89,29 @@ func (a *Admission) SetLimits(maxConcurrent, queueSize int, queueTimeout time.Du
 // release is nil, status is 429 (queue full) or 503 (queue timeout, or ctx
 // ended while queued) and err says which.
 func (a *Admission) Acquire(ctx context.Context) (release func(), status int, err error) {
+	release, status, err, _ = a.acquire(ctx)
+	return release, status, err
+}
+
+// acquire is Acquire, also saying whether the request waited in the queue
+// (a traced request shows that wait).
+func (a *Admission) acquire(ctx context.Context) (release func(), status int, err error, queued bool) {
 	if a.max.Load() == 0 {
-		return noRelease, 0, nil
+		return noRelease, 0, nil, false
 	}
 	a.mu.Lock()
 	if a.limit.max == 0 { // the cap was removed since the load above
 		a.mu.Unlock()
-		return noRelease, 0, nil
+		return noRelease, 0, nil, false
 	}
 	if a.inflight < a.limit.max && a.waiters.Len() == 0 {
 		a.inflight++
 		a.mu.Unlock()
-		return a.release, 0, nil
+		return a.release, 0, nil, false
 	}
 	if a.waiters.Len() >= a.limit.queue {
 		a.mu.Unlock()
-		return nil, fasthttp.StatusTooManyRequests, ErrQueueFull
+		return nil, fasthttp.StatusTooManyRequests, ErrQueueFull, false
 	}
 	w := &waiter{ready: make(chan struct{})}
 	el := a.waiters.PushBack(w)
@@ -120,7 +127,7 @@ func (a *Admission) Acquire(ctx context.Context) (release func(), status int, er
 	var cause error
 	select {
 	case <-w.ready:
-		return a.release, 0, nil
+		return a.release, 0, nil, true
 	case <-expired:
 		cause = ErrQueueTimeout
 	case <-ctx.Done():
@@ -130,10 +137,10 @@ func (a *Admission) Acquire(ctx context.Context) (release func(), status int, er
 	defer a.mu.Unlock()
 	if w.granted {
 		// The slot arrived while giving up: take it rather than lose it.
-		return a.release, 0, nil
+		return a.release, 0, nil, true
 	}
 	a.waiters.Remove(el)
-	return nil, fasthttp.StatusServiceUnavailable, cause
+	return nil, fasthttp.StatusServiceUnavailable, cause, true
 }
 
 // releaseSlot frees a slot, handing it to the oldest waiter if the cap

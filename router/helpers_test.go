@@ -41,6 +41,14 @@ func startLBWithLog(t *testing.T, prefills, decodes []*proxytest.Engine, log zer
 // startLBWith is startLB with a log destination and a clock of the test's.
 func startLBWith(t *testing.T, prefills, decodes []*proxytest.Engine, log zerolog.Logger, clock pdlb.Clock, opts ...lbOption) *lb {
 	t.Helper()
+	return startLBFull(t, prefills, decodes, Options{Log: log, Clock: clock}, opts...)
+}
+
+// startLBFull is startLB with the Router's options of the test's (log,
+// clock, tracer); the rest of them are built here.
+func startLBFull(t testing.TB, prefills, decodes []*proxytest.Engine, o Options, opts ...lbOption) *lb {
+	t.Helper()
+	log := o.Log
 	cfg := testConfig()
 	for _, p := range prefills {
 		cfg.Prefill = append(cfg.Prefill, config.Prefill{URL: p.URL})
@@ -74,7 +82,8 @@ func startLBWith(t *testing.T, prefills, decodes []*proxytest.Engine, log zerolo
 	for _, d := range cfg.Decode {
 		add(d.URL, proxy.Decode)
 	}
-	r := New(Options{Settings: SettingsFrom(&cfg), Pool: pool, Metrics: metrics, Log: log, Clock: clock})
+	o.Settings, o.Pool, o.Metrics = SettingsFrom(&cfg), pool, metrics
+	r := New(o)
 	if cfg.Metrics.Enabled {
 		r.Handle("GET", "/metrics", metrics.Handler)
 	}

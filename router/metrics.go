@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -32,6 +33,7 @@ type Metrics struct {
 	durations sync.Map // route → *metrics.PrometheusHistogram
 	ttft      sync.Map // route → *metrics.PrometheusHistogram
 	retries   sync.Map // route → *metrics.Counter
+	backends  sync.Map // backendKey → *backendSeries (backend_metrics.go)
 	pool      *proxy.Pool
 	// extra writers (registry status, admission gauges) added by the wiring.
 	mu     sync.Mutex
@@ -44,7 +46,10 @@ type reqKey struct {
 }
 
 // Buckets for request durations and TTFT: 1 ms … 30 min, LLM-shaped.
-var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
+var (
+	durationBounds  = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
+	durationBuckets = durationBounds[:]
+)
 
 // NewMetrics builds the metric set; pool feeds the per-backend series.
 func NewMetrics(pool *proxy.Pool) *Metrics {
@@ -86,6 +91,22 @@ func (m *Metrics) Retry(route string) {
 		c, _ = m.retries.LoadOrStore(route, m.set.GetOrCreateCounter(fmt.Sprintf(`pdlb_retries_total{route=%q}`, route)))
 	}
 	c.(*metrics.Counter).Inc()
+}
+
+// RequestsByClass sums pdlb_requests_total over routes by status class:
+// index 2 is 2xx, 4 is 4xx (499, a client that left, included), 5 is 5xx.
+func (m *Metrics) RequestsByClass() [6]uint64 {
+	var out [6]uint64
+	if m == nil {
+		return out
+	}
+	m.requests.Range(func(k, c any) bool {
+		if class := k.(reqKey).status / 100; class >= 0 && class < len(out) {
+			out[class] += c.(*metrics.Counter).Get()
+		}
+		return true
+	})
+	return out
 }
 
 func (m *Metrics) histogram(cache *sync.Map, name, route string) *metrics.PrometheusHistogram {
@@ -140,6 +161,7 @@ func (m *Metrics) writeDynamic(w io.Writer) {
 			}
 		}
 	}
+	m.writeBackendSeries(w)
 	m.mu.Lock()
 	extras := m.extras
 	m.mu.Unlock()
@@ -289,6 +311,9 @@ var families = map[string]family{
 	"pdlb_backend_healthy":        {typeGauge, "1 while the backend passes its active health checks, else 0."},
 	"pdlb_backend_registry_ready": {typeGauge, "1 when the backend's bootstrap registry namespace is ready (always 1 for decodes and without a registry), else 0."},
 	"pdlb_breaker_state":          {typeGauge, "Circuit breaker state of the backend: 0 closed, 1 half-open, 2 open."},
+	// Per backend, recorded by the legs (backend_metrics.go: LegDone, LegAnswered).
+	"pdlb_backend_requests_total": {typeCounter, "Legs sent to the backend, by result: ok (2xx), error (connect error, timeout, 5xx, broken answer: what the breaker counts), client_error (4xx), cancelled (cut by pdlb)."},
+	"pdlb_backend_ttft_seconds":   {typeHistogram, "Time from sending a leg to the backend until its answer: a decode's first byte (the first event of a stream, the whole answer otherwise), a prefill's whole answer."},
 	// Breaker and health-check hooks (Metrics.BreakerChange, HealthCheck).
 	"pdlb_breaker_transitions_total": {typeCounter, "Circuit breaker state changes, by backend and from/to state."},
 	"pdlb_health_checks_total":       {typeCounter, "Active health-check results, by backend and result (ok or fail)."},
@@ -304,6 +329,8 @@ var families = map[string]family{
 	"pdlb_admission_limit":         {typeGauge, "Requests admission control lets in at once (limits.max_concurrent_requests); 0: no cap."},
 	"pdlb_admission_queue_size":    {typeGauge, "Requests that may wait for a slot (limits.queue_size); queued ÷ this is the queue's saturation."},
 	"pdlb_admission_refused_total": {typeCounter, "Requests refused by admission control, by HTTP status (429 queue full, 503 queue timeout)."},
+	// Streams (Metrics.observeAdmission; stream.go).
+	"pdlb_streams_active": {typeGauge, "Streamed answers being relayed to clients."},
 
 	// Go runtime (metrics.WriteProcessMetrics).
 	"go_cgo_calls_count":                  {typeCounter, "Calls from Go to C made by the process."},
@@ -387,5 +414,15 @@ func (m *Metrics) observeAdmission(a *Admission) {
 		limit, queue := a.Limits()
 		metrics.WriteGaugeUint64(w, "pdlb_admission_limit", uint64(limit))
 		metrics.WriteGaugeUint64(w, "pdlb_admission_queue_size", uint64(queue))
+	})
+}
+
+// observeStreams writes the count of streams being relayed at scrape time.
+func (m *Metrics) observeStreams(active *atomic.Int64) {
+	if m == nil {
+		return
+	}
+	m.AddWriter(func(w io.Writer) {
+		metrics.WriteGaugeUint64(w, "pdlb_streams_active", uint64(max(0, active.Load())))
 	})
 }

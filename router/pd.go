@@ -14,15 +14,19 @@ import (
 
 // pdHandler serves a fan-out route (/generate and the OpenAI routes).
 func (r *Router) pdHandler(route string, batchAware bool) fasthttp.RequestHandler {
-	return func(ctx *fasthttp.RequestCtx) { r.servePD(ctx, route, batchAware) }
+	spanName := "POST " + route
+	return func(ctx *fasthttp.RequestCtx) { r.servePD(ctx, route, spanName, batchAware) }
 }
 
 // servePD is the request path from top to bottom: admission, parsing, then
 // the attempts (selection, injection, fan-out, retries before the first
 // byte) and the answer. A stream leaves here at once for a goroutine of
 // its own (stream.go), which then owns the request.
-func (r *Router) servePD(ctx *fasthttp.RequestCtx, route string, batchAware bool) {
+func (r *Router) servePD(ctx *fasthttp.RequestCtx, route, spanName string, batchAware bool) {
 	q := r.newRequest(ctx, route)
+	if r.tracer != nil {
+		q.startTrace(ctx, spanName)
+	}
 	if q.admit(ctx) && q.parse(batchAware) && q.parsed.stream {
 		q.serveStreamAsync(ctx)
 		return
@@ -50,10 +54,15 @@ func (q *request) exchange() *proxy.Stream {
 	all503 := true
 	for attempt := 1; ; attempt++ {
 		q.attempts = attempt
+		q.startAttemptSpan(attempt, lastErr)
 		ans, uerr, ref := q.attempt(exclude)
 		if ans != nil {
+			if ans.Stream == nil {
+				q.endAttemptSpan(nil, refusal{}) // a stream's ends with the stream
+			}
 			return q.answer(ans)
 		}
+		q.endAttemptSpan(uerr, ref)
 		if uerr == nil {
 			if lastErr == nil || ref.status != fasthttp.StatusServiceUnavailable {
 				if ref.status == fasthttp.StatusServiceUnavailable {
@@ -176,7 +185,11 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 		Stream: req.stream, MergeLogprobs: req.returnLogprob && q.route == "/generate",
 		RequestID: q.id, Deadline: q.deadline, ClientConn: q.conn,
 	}
+	traced := q.traceLegs(&x, p, d, ranks, in.rooms)
 	ans, uerr := r.proxy.Do(&x)
+	if traced != nil {
+		bytebufferpool.Put(traced) // Do copied the head lines
+	}
 	return ans, uerr, refusal{}
 }
 
@@ -184,7 +197,9 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 // nil), or returns a committed stream for the caller to relay.
 func (q *request) answer(ans *proxy.Answer) *proxy.Stream {
 	q.status = ans.Status
-	q.r.metrics.TTFT(q.route, q.r.clock.Now().Sub(q.start))
+	ttft := q.r.clock.Now().Sub(q.start)
+	q.r.metrics.TTFT(q.route, ttft)
+	q.trace.ttft = ttft
 	if ans.Stream != nil {
 		return ans.Stream
 	}

@@ -53,6 +53,9 @@ type request struct {
 	status                      int
 	bytes, events               int
 	err                         error
+
+	// trace is the request's tracing; its zero value is tracing off.
+	trace requestTrace
 }
 
 func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {
@@ -68,7 +71,10 @@ func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {
 
 // admit takes an admission slot, or answers 429/503 and returns false.
 func (q *request) admit(ctx *fasthttp.RequestCtx) bool {
-	release, status, err := q.r.admission.Acquire(ctx)
+	release, status, err, queued := q.r.admission.acquire(ctx)
+	if queued {
+		q.traceAdmission(err)
+	}
 	if err == nil {
 		q.release = release
 		return true
@@ -109,6 +115,7 @@ func (q *request) unavailable(retryAfter int, msg string) {
 // finish ends the request: its metrics, its log line, its admission slot
 // and, for a stream, its hijacked connection.
 func (q *request) finish() {
+	q.finishTrace()
 	elapsed := q.r.clock.Now().Sub(q.start)
 	q.r.metrics.Request(q.route, q.status, elapsed)
 	q.log(elapsed)
@@ -122,20 +129,22 @@ func (q *request) finish() {
 	}
 	if q.hijacked {
 		q.conn.Close()
+		q.r.activeStreams.Add(-1)
 		q.r.streams.Done()
 	}
 }
 
 // log writes the request's one line: info, or warn for 5xx, a client that
 // left (499) and a stream that broke after its 200.
+// A failure logged at warn is also kept for the status page.
 func (q *request) log(elapsed time.Duration) {
+	warn := q.status >= 500 || q.status == statusClientGone || q.err != nil && q.status < 400
 	var ev *zerolog.Event
-	switch {
-	case q.status >= 500 || q.status == statusClientGone:
+	if warn {
 		ev = q.r.log.Warn()
-	case q.err != nil && q.status < 400:
-		ev = q.r.log.Warn()
-	default:
+		q.r.errors.add(RecentError{Time: q.start.Add(elapsed), RequestID: q.id, Route: q.route, Status: q.status,
+			Cause: q.err, Prefill: q.prefill, Decode: q.decode})
+	} else {
 		ev = q.r.log.Info()
 	}
 	if !ev.Enabled() {

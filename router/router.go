@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"pdlb"
 	"pdlb/config"
@@ -47,9 +48,15 @@ type Router struct {
 	// stopping ends at Shutdown: waits between retries end with it.
 	stopping context.Context
 	stop     context.CancelFunc
+	// tracer traces requests; nil when tracing is off.
+	tracer trace.Tracer
 	// streams counts relays running on hijacked connections, which
-	// fasthttp's Shutdown does not wait for.
-	streams sync.WaitGroup
+	// fasthttp's Shutdown does not wait for; activeStreams is the same
+	// count as a number (pdlb_streams_active).
+	streams       sync.WaitGroup
+	activeStreams atomic.Int64
+	// errors keeps the last failed requests for the status page.
+	errors recentErrors
 }
 
 // Options wire a Router.
@@ -63,22 +70,35 @@ type Options struct {
 	Log     zerolog.Logger
 	// Clock is the request path's time source; zero fields are the system's.
 	Clock pdlb.Clock
+	// Tracer traces requests (tracing.*); nil leaves tracing off and the
+	// request path free of it.
+	Tracer trace.Tracer
 }
 
 // New builds a Router, its proxy and its admission gate from o.Settings.
 func New(o Options) *Router {
-	r := &Router{pool: o.Pool, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem()}
+	r := &Router{pool: o.Pool, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem(), tracer: o.Tracer}
 	r.stopping, r.stop = context.WithCancel(context.Background())
 	r.policies.Store(newPolicies(o.Settings.Policy))
 	lim := o.Settings.Limits
 	r.admission = NewAdmission(lim.MaxConcurrentRequests, lim.QueueSize, lim.QueueTimeout)
 	r.proxy = proxy.New(o.Settings.Timeout, o.Log)
+	if o.Metrics != nil {
+		r.proxy.SetObserver(o.Metrics) // per-backend request and TTFT series
+	}
 	r.settings.Store(newLiveSettings(o.Settings))
 	r.table = r.buildRoutes()
 	r.server = r.newServer()
 	r.metrics.observeAdmission(r.admission)
+	r.metrics.observeStreams(&r.activeStreams)
 	return r
 }
+
+// Admission is the admission gate (limits.max_concurrent_requests).
+func (r *Router) Admission() *Admission { return r.admission }
+
+// ActiveStreams is the number of streamed answers being relayed.
+func (r *Router) ActiveStreams() int64 { return r.activeStreams.Load() }
 
 // Apply puts what a reload changes into force for new requests: settings,
 // leg timeouts and admission limits. Requests in flight keep theirs.

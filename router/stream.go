@@ -27,6 +27,7 @@ func (q *request) serveStreamAsync(ctx *fasthttp.RequestCtx) {
 	// The routing key, too, points into the recycled context.
 	s.key = strings.Clone(q.key)
 	q.r.streams.Add(1)
+	q.r.activeStreams.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		s.conn, s.hijacked = rawConn(c), true

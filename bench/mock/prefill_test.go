@@ -93,18 +93,22 @@ func TestPrefillSlotsQueue(t *testing.T) {
 	}
 	one, url := startEngine(t, opts)
 	serial := run(url, url)
-	_, url1 := startEngine(t, opts)
-	_, url2 := startEngine(t, opts)
-	parallel := run(url1, url2)
+	e1, url1 := startEngine(t, opts)
+	e2, url2 := startEngine(t, opts)
+	run(url1, url2)
 	if serial < 2*each {
 		t.Errorf("two prefills on one engine took %v, less than two prefills (%v)", serial, 2*each)
-	}
-	if ratio := float64(serial) / float64(parallel); ratio < 1.5 {
-		t.Errorf("one engine %v, two engines %v: ratio %.2f, want about 2", serial, parallel, ratio)
 	}
 	s := one.Stats().PrefillSlots
 	if s.PeakRunning != 1 || s.PeakQueued != 1 || s.Busy < 2*each {
 		t.Errorf("one engine's prefill slots: %+v; want peak 1 running, 1 queued, busy ≥ %v", s, 2*each)
+	}
+	// Two engines, one prefill each: neither queues. (What the slots count,
+	// not wall time, which a loaded machine stretches.)
+	for i, e := range []*Engine{e1, e2} {
+		if s := e.Stats().PrefillSlots; s.PeakRunning != 1 || s.PeakQueued != 0 || s.Busy < each {
+			t.Errorf("engine %d of two: prefill slots %+v; want peak 1 running, none queued, busy ≥ %v", i+1, s, each)
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ type Engine struct {
 	bodies [][]byte
 	paths  []string
 	ids    []string      // X-Request-ID of each request
+	tps    []string      // traceparent of each request
 	closed chan struct{} // one value per closed connection
 }
 
@@ -37,7 +38,8 @@ func NewEngineOn(t testing.TB, ln net.Listener, h fasthttp.RequestHandler) *Engi
 	e := &Engine{ln: ln, URL: "http://" + ln.Addr().String(), closed: make(chan struct{}, 1024)}
 	e.srv = &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
-			e.record(append([]byte(nil), ctx.PostBody()...), string(ctx.Path()), string(ctx.Request.Header.Peek("X-Request-ID")))
+			e.record(append([]byte(nil), ctx.PostBody()...), string(ctx.Path()), string(ctx.Request.Header.Peek("X-Request-ID")),
+				string(ctx.Request.Header.Peek("traceparent")))
 			h(ctx)
 		},
 		ConnState: func(_ net.Conn, s fasthttp.ConnState) {
@@ -51,6 +53,14 @@ func NewEngineOn(t testing.TB, ln net.Listener, h fasthttp.RequestHandler) *Engi
 	go e.srv.Serve(ln)
 	t.Cleanup(func() { e.srv.Shutdown() })
 	return e
+}
+
+// Close stops the engine at once, as if it was killed: its listener and
+// every connection close (pdlb's next health check fails).
+func (e *Engine) Close() {
+	if e.srv != nil {
+		e.srv.Shutdown()
+	}
 }
 
 // RawEngine answers every request on a connection with raw bytes and then
@@ -100,7 +110,7 @@ func ConnEngine(t testing.TB, handle func(c net.Conn, br *bufio.Reader, body []b
 					return
 				}
 				body, _ := io.ReadAll(req.Body)
-				e.record(body, req.URL.Path, req.Header.Get("X-Request-ID"))
+				e.record(body, req.URL.Path, req.Header.Get("X-Request-ID"), req.Header.Get("traceparent"))
 				handle(c, br, body)
 			}()
 		}
@@ -127,12 +137,21 @@ func Listen(t testing.TB, addr string) net.Listener {
 	return ln
 }
 
-func (e *Engine) record(body []byte, path, id string) {
+func (e *Engine) record(body []byte, path, id, traceparent string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.bodies = append(e.bodies, body)
 	e.paths = append(e.paths, path)
 	e.ids = append(e.ids, id)
+	e.tps = append(e.tps, traceparent)
+}
+
+// Traceparents returns the W3C traceparent header of every request
+// received, oldest first ("" where there was none).
+func (e *Engine) Traceparents() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.tps...)
 }
 
 // LastBody is the body of the last request received (nil before any).

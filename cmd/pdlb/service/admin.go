@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +23,8 @@ import (
 // Service.NewBackend is the one cmd/pdlb passes.
 type BuildFunc func(url string, role proxy.Role, bootstrapPort *int) (*proxy.Backend, error)
 
-// Admin serves the operator API on its own listener: list, add and drain
-// workers at runtime. Its path is not the request path, so it favours
+// Admin serves the operator API on its own listener: list, add, drain and
+// undrain workers at runtime. Its path is not the request path, so it favours
 // clarity (encoding/json, a mutex) over allocation-free code.
 type Admin struct {
 	pool  *proxy.Pool
@@ -31,11 +33,16 @@ type Admin struct {
 	log   zerolog.Logger
 
 	// mu makes find-then-add atomic (two POSTs of one URL: one 201, one 409)
-	// and guards draining.
+	// and guards draining and drained.
 	mu sync.Mutex
 	// draining holds removed backends until their in-flight requests are
-	// done, so GET /workers still shows them.
-	draining map[*proxy.Backend]struct{}
+	// done, so GET /workers still shows them; closing a backend's channel
+	// (undrain) ends its drain.
+	draining map[*proxy.Backend]chan struct{}
+	// drained remembers the last backends whose drain finished, oldest
+	// first, so the status page can show them and undrain can add them
+	// back as they were.
+	drained []DrainedWorker
 
 	// drainPoll is how often a drain looks at in-flight; drainMax bounds
 	// the wait for requests that never finish.
@@ -64,7 +71,7 @@ func NewAdmin(pool *proxy.Pool, build BuildFunc, apiKey string, log zerolog.Logg
 		pool:      pool,
 		build:     build,
 		log:       log,
-		draining:  map[*proxy.Backend]struct{}{},
+		draining:  map[*proxy.Backend]chan struct{}{},
 		drainPoll: 100 * time.Millisecond,
 		drainMax:  10 * time.Minute,
 		stop:      make(chan struct{}),
@@ -113,7 +120,18 @@ func (a *Admin) Handler(ctx *fasthttp.RequestCtx) {
 	if !a.authorized(ctx) {
 		return
 	}
-	if path := string(ctx.Path()); path != "/workers" {
+	switch path := string(ctx.Path()); path {
+	case "/workers":
+	case "/workers/undrain":
+		if string(ctx.Method()) != fasthttp.MethodPost {
+			ctx.Response.Header.Set("Allow", "POST")
+			pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest,
+				"method "+string(ctx.Method())+" not allowed on /workers/undrain; use POST")
+			return
+		}
+		a.undrain(ctx)
+		return
+	default:
 		pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "no admin route for "+path)
 		return
 	}
@@ -142,10 +160,13 @@ func (a *Admin) list(ctx *fasthttp.RequestCtx) {
 			out = append(out, a.worker(b))
 		}
 	}
+	n := len(out)
 	a.mu.Lock()
 	for b := range a.draining {
 		out = append(out, a.worker(b))
 	}
+	// Map order is random: list draining backends in a stable order.
+	slices.SortFunc(out[n:], func(x, y Worker) int { return strings.Compare(x.URL, y.URL) })
 	a.mu.Unlock()
 	pdlb.WriteJSON(ctx, fasthttp.StatusOK, out)
 }
@@ -201,6 +222,7 @@ func (a *Admin) add(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	a.pool.Add(b)
+	a.forgetDrained(b.Key())
 	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Msg("worker added via admin API")
 	pdlb.WriteJSON(ctx, fasthttp.StatusCreated, a.worker(b))
 }
@@ -243,26 +265,34 @@ func (a *Admin) Drain(b *proxy.Backend) bool {
 		return false
 	}
 	b.Drain()
-	a.draining[b] = struct{}{}
+	undrained := make(chan struct{})
+	a.draining[b] = undrained
 	a.wg.Add(1)
 	a.mu.Unlock()
 	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Int64("in_flight", b.InFlight()).Msg("worker draining")
-	go a.finishDrain(b)
+	go a.finishDrain(b, undrained)
 	return true
 }
 
 // finishDrain waits for b's in-flight requests and then drops its
-// connections: closing them earlier would cut requests still running.
-func (a *Admin) finishDrain(b *proxy.Backend) {
+// connections: closing them earlier would cut requests still running. An
+// undrain while it waits ends it with b left as it is (back in the pool).
+func (a *Admin) finishDrain(b *proxy.Backend, undrained <-chan struct{}) {
 	defer a.wg.Done()
-	if !a.waitIdle(b) {
+	idle := a.waitIdle(b, undrained)
+	a.mu.Lock()
+	if _, ok := a.draining[b]; !ok {
+		a.mu.Unlock()
+		return // undrained
+	}
+	delete(a.draining, b)
+	a.rememberDrained(b)
+	a.mu.Unlock()
+	if !idle {
 		a.log.Warn().Str("backend", b.URL).Int64("in_flight", b.InFlight()).Dur("waited", a.drainMax).
 			Msg("drain gave up waiting for in-flight requests")
 	}
 	b.Close()
-	a.mu.Lock()
-	delete(a.draining, b)
-	a.mu.Unlock()
 	if a.OnDrained != nil {
 		a.OnDrained(b)
 	}
@@ -270,9 +300,10 @@ func (a *Admin) finishDrain(b *proxy.Backend) {
 }
 
 // waitIdle polls b's in-flight count until it is 0 (true), drainMax has
-// passed or the Admin is closed (false). Polling keeps the request path
-// free of drain bookkeeping: Ticket.Done only decrements a counter.
-func (a *Admin) waitIdle(b *proxy.Backend) bool {
+// passed, b is undrained or the Admin is closed (false). Polling keeps the
+// request path free of drain bookkeeping: Ticket.Done only decrements a
+// counter.
+func (a *Admin) waitIdle(b *proxy.Backend, undrained <-chan struct{}) bool {
 	tick := time.NewTicker(a.drainPoll)
 	defer tick.Stop()
 	deadline := time.NewTimer(a.drainMax)
@@ -281,6 +312,8 @@ func (a *Admin) waitIdle(b *proxy.Backend) bool {
 		select {
 		case <-tick.C:
 		case <-deadline.C:
+			return false
+		case <-undrained:
 			return false
 		case <-a.stop:
 			return b.InFlight() == 0

@@ -157,5 +157,6 @@ func keepStartupOnly(old, next *config.Config) []string {
 	keep("bootstrap.forget_after", ob.ForgetAfter != nb.ForgetAfter, func() { nb.ForgetAfter = ob.ForgetAfter })
 	// The etcd connection, its prefix and this replica's lease are made once.
 	keep("cluster.etcd", !reflect.DeepEqual(old.Cluster, next.Cluster), func() { next.Cluster = old.Cluster })
+	keep("tracing", !sameTracing(old.Tracing, next.Tracing), func() { next.Tracing = old.Tracing })
 	return kept
 }

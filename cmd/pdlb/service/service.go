@@ -8,14 +8,17 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"pdlb"
 	"pdlb/bootstrap/etcdstore"
@@ -33,9 +36,19 @@ type Service struct {
 	ln      net.Listener
 	admin   *Admin
 	adminSv *fasthttp.Server
+	adminLn net.Listener
 	reg     *registryWiring
 	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
 	forget  *forgetter     // nil unless bootstrap.forget_after (embedded mode)
+	// tracing is the tracer provider; nil when tracing is off.
+	tracing *sdktrace.TracerProvider
+	// traceFlush bounds the export of queued spans at shutdown.
+	traceFlush time.Duration
+	// status is the admin listener's status page; its sampler runs while
+	// the admin listener does (stopStatus ends it).
+	status     *statusPage
+	stopStatus context.CancelFunc
+	statusDone sync.WaitGroup
 
 	// mu guards cfg and health against concurrent reloads and admin additions.
 	mu      sync.Mutex
@@ -45,9 +58,8 @@ type Service struct {
 }
 
 // New wires a Service; nothing listens until Start.
-func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
-	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log)}
-	var err error
+func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
+	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout}
 	if s.cluster, err = newClusterWiring(cfg, s.reg, log); err != nil {
 		return nil, err
 	}
@@ -65,26 +77,35 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s.reg.observe(s.Metrics, s.Pool)
 	s.cluster.observe(s.Metrics)
 	for _, p := range cfg.Prefill {
-		var b *proxy.Backend
-		if b, err = s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort); err != nil {
+		b, err := s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort)
+		if err != nil {
 			return nil, err
 		}
 		s.Pool.Add(b)
 	}
 	for _, d := range cfg.Decode {
-		var b *proxy.Backend
-		if b, err = s.NewBackend(d.URL, proxy.Decode, nil); err != nil {
+		b, err := s.NewBackend(d.URL, proxy.Decode, nil)
+		if err != nil {
 			return nil, err
 		}
 		s.Pool.Add(b)
 	}
-	s.Router = router.New(router.Options{
+	tp, err := newTracerProvider(cfg.Tracing, log)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	s.tracing = tp
+	ro := router.Options{
 		Settings: router.SettingsFrom(cfg),
 		Pool:     s.Pool,
 		Metrics:  s.Metrics,
 		Info:     infoSource(s.reg.dir),
 		Log:      log,
-	})
+	}
+	if tp != nil {
+		ro.Tracer = tp.Tracer("pdlb")
+	}
+	s.Router = router.New(ro)
 	if cfg.Bootstrap.ForgetAfter > 0 && s.reg.registry != nil {
 		var replica *etcdstore.Replica
 		timeout := config.Default().Cluster.Etcd.RequestTimeout
@@ -99,6 +120,8 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	if s.cluster != nil {
 		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
 	}
+	s.status = &statusPage{pool: s.Pool, admin: s.admin, router: s.Router, metrics: s.Metrics, dir: s.reg.dir, now: time.Now}
+	s.status.sampler = newStatusSampler(s.Metrics, s.sampledBackends, pdlb.SystemClock())
 	if cfg.Metrics.Enabled {
 		s.Router.Handle(fasthttp.MethodGet, "/metrics", s.Metrics.Handler)
 	}
@@ -118,7 +141,9 @@ func (s *Service) Start() error {
 	}
 	s.ln = ln
 	go func() {
-		if err := s.Router.Serve(ln); err != nil {
+		// A Shutdown that comes before this goroutine runs has closed ln:
+		// Serve then returns at once instead of serving for ever.
+		if err := s.Router.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.log.Error().Err(err).Msg("server stopped")
 		}
 	}()
@@ -148,7 +173,8 @@ func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
 	return h
 }
 
-// startAdmin serves the admin API (/workers) and /metrics on admin.host:admin.port.
+// startAdmin serves the admin API (/workers), the status page and /metrics
+// on admin.host:admin.port, and starts the status page's sampler.
 func (s *Service) startAdmin(c config.Admin) error {
 	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
 	ln, err := net.Listen("tcp", addr)
@@ -156,19 +182,33 @@ func (s *Service) startAdmin(c config.Admin) error {
 		return fmt.Errorf("admin listen %s: %w", addr, err)
 	}
 	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: debugLogger{s.log}}
+	s.adminLn = ln
 	go s.adminSv.Serve(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopStatus = cancel
+	s.statusDone.Go(func() { s.status.sampler.run(ctx) })
 	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
 	return nil
 }
 
 func (s *Service) adminHandler(ctx *fasthttp.RequestCtx) {
-	if string(ctx.Path()) == "/metrics" {
+	switch path := string(ctx.Path()); {
+	case path == "/metrics":
 		if s.admin.authorized(ctx) {
 			s.Metrics.Handler(ctx)
 		}
-		return
+	case s.status.serves(path):
+		s.status.handle(ctx)
+	default:
+		s.admin.Handler(ctx)
 	}
-	s.admin.Handler(ctx)
+}
+
+// sampledBackends is what the status page samples: the pool and the
+// backends still draining (their requests are still counted).
+func (s *Service) sampledBackends() []*proxy.Backend {
+	out := slices.Concat(s.Pool.Backends(proxy.Prefill), s.Pool.Backends(proxy.Decode))
+	return append(out, s.admin.Draining()...)
 }
 
 // Config returns the configuration in force.
@@ -188,12 +228,18 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	// The router first: readiness turns 503 and the listener closes at once,
 	// not after a health-check round in progress (up to health.timeout).
 	err := s.Router.Shutdown(ctx)
+	// fasthttp closes only the listeners its Serve has already taken; one
+	// whose Serve goroutine has not run yet would be served after this.
+	s.ln.Close()
 	s.mu.Lock()
 	health := s.health
 	s.mu.Unlock()
 	health.Stop()
 	if s.adminSv != nil {
 		s.adminSv.ShutdownWithContext(ctx)
+		s.adminLn.Close()
+		s.stopStatus()
+		s.statusDone.Wait()
 	}
 	s.forget.stop()
 	s.cluster.shutdown()
@@ -204,6 +250,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 			b.Close()
 		}
 	}
+	// Last: every request has ended its spans by now (or been cut).
+	shutdownTracing(ctx, s.tracing, s.traceFlush, s.log)
 	return err
 }
 

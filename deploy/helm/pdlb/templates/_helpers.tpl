@@ -1,0 +1,60 @@
+{{/* Names and labels shared by every object of the chart. */}}
+
+{{- define "pdlb.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "pdlb.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pdlb.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pdlb.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "pdlb.labels" -}}
+{{ include "pdlb.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "pdlb.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "pdlb.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pdlb.config is the config.yaml pdlb reads: the user's `config` with the
+listeners and the shutdown grace the pod spec depends on. A replicated
+embedded registry would split registrations between replicas, so it fails
+the render instead of failing requests.
+*/}}
+{{- define "pdlb.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $mode := dig "bootstrap" "mode" "embedded" $cfg -}}
+{{- if and (gt (int .Values.replicaCount) 1) (eq (toString $mode) "embedded") -}}
+{{- fail "replicaCount > 1 needs config.bootstrap.mode external or off: the embedded registry lives in one replica, and a decode could ask another" -}}
+{{- end -}}
+{{- if or (empty $cfg.prefill) (empty $cfg.decode) -}}
+{{- fail "config.prefill and config.decode must each list at least one engine (pdlb refuses to start without)" -}}
+{{- end -}}
+{{- $server := merge (dict "host" "0.0.0.0" "port" (int .Values.service.port) "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds))) (default dict $cfg.server) -}}
+{{- $_ := set $server "host" "0.0.0.0" -}}
+{{- $_ := set $server "port" (int .Values.service.port) -}}
+{{- $_ := set $server "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)) -}}
+{{- $admin := default dict $cfg.admin -}}
+{{- $_ := set $admin "host" "0.0.0.0" -}}
+{{- $_ := set $admin "port" (int .Values.service.adminPort) -}}
+{{- $_ := set $cfg "server" $server -}}
+{{- $_ := set $cfg "admin" $admin -}}
+{{- toYaml $cfg -}}
+{{- end -}}
