@@ -194,7 +194,7 @@ func TestTracingExportsTheRequestTree(t *testing.T) {
 	if parentID(attempt) != spanID(server) || attr(attempt, "pdlb.attempt") != "1" || attr(attempt, "pdlb.retry_reason") != "" {
 		t.Errorf("attempt span: parent %s attempt %q, want the first attempt under the server span", parentID(attempt), attr(attempt, "pdlb.attempt"))
 	}
-	room := gjson.GetBytes(p.LastBody(), "bootstrap_room").String()
+	room := gjson.GetBytes(p.LastBodyTo("/generate"), "bootstrap_room").String()
 	for _, leg := range []struct {
 		role, policy string
 		e            *proxytest.Engine
