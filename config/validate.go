@@ -25,6 +25,7 @@ func (c *Config) Validate() error {
 		c.checkBootstrap,
 		c.checkBreaker,
 		c.checkRetry,
+		c.checkAbort,
 		c.checkHealth,
 		c.checkAdmin,
 		c.checkPolicy,
@@ -198,6 +199,19 @@ func (c *Config) checkBreaker() *Error {
 	r := c.Breaker.FailureRatio
 	if math.IsNaN(r) || r < 0 || r > 1 {
 		return errorf("breaker.failure_ratio", fmt.Sprintf("%v out of range 0..1", r))
+	}
+	return nil
+}
+
+func (c *Config) checkAbort() *Error {
+	if !c.Abort.Enabled {
+		return nil
+	}
+	if c.Abort.Timeout <= 0 {
+		return errorf("abort.timeout", "must be positive while abort.enabled is true")
+	}
+	if c.Abort.MaxInFlight < 1 {
+		return errorf("abort.max_in_flight", fmt.Sprintf("%d must be at least 1 while abort.enabled is true", c.Abort.MaxInFlight))
 	}
 	return nil
 }
