@@ -27,6 +27,9 @@ type Settings struct {
 	InfoWait time.Duration
 	// Policy names the selection policies of both roles.
 	Policy config.Policy
+	// Abort says whether legs carry a rid and given-up legs are aborted
+	// inside their engines, and how (proxy/abort.go).
+	Abort config.Abort
 }
 
 // Router serves the client-facing routes; cmd/pdlb/service builds one.
@@ -83,8 +86,11 @@ func New(o Options) *Router {
 	lim := o.Settings.Limits
 	r.admission = NewAdmission(lim.MaxConcurrentRequests, lim.QueueSize, lim.QueueTimeout)
 	r.proxy = proxy.New(o.Settings.Timeout, o.Log)
+	r.proxy.SetAbort(o.Settings.Abort)
+	r.proxy.SetAbortClock(r.clock.Now)
 	if o.Metrics != nil {
-		r.proxy.SetObserver(o.Metrics) // per-backend request and TTFT series
+		r.proxy.SetObserver(o.Metrics)      // per-backend request and TTFT series
+		r.proxy.SetAbortObserver(o.Metrics) // pdlb_aborts_total
 	}
 	r.settings.Store(newLiveSettings(o.Settings))
 	r.table = r.buildRoutes()
@@ -108,6 +114,7 @@ func (r *Router) Apply(s Settings) {
 	}
 	r.settings.Store(newLiveSettings(s))
 	r.proxy.SetTimeouts(s.Timeout)
+	r.proxy.SetAbort(s.Abort)
 	r.admission.SetLimits(s.Limits.MaxConcurrentRequests, s.Limits.QueueSize, s.Limits.QueueTimeout)
 }
 
@@ -129,7 +136,7 @@ func (r *Router) Settings() Settings { return r.cfg().Settings }
 
 // SettingsFrom picks the request path's settings out of a config.
 func SettingsFrom(cfg *config.Config) Settings {
-	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait, Policy: cfg.Policy}
+	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait, Policy: cfg.Policy, Abort: cfg.Abort}
 }
 
 // route is one entry of the route table.
@@ -203,6 +210,10 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	r.stop()
 	err := r.server.ShutdownWithContext(ctx)
 	if !r.waitStreams(ctx.Done()) && err == nil {
+		err = ctx.Err()
+	}
+	// The last aborts (each bounded by abort.timeout) go out before exit.
+	if !r.proxy.WaitAborts(ctx.Done()) && err == nil {
 		err = ctx.Err()
 	}
 	return err
