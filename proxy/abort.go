@@ -104,7 +104,30 @@ type aborter struct {
 	now      func() time.Time
 	inFlight atomic.Int64
 	obs      AbortObserver
-	wg       sync.WaitGroup
+	// running counts the goroutines sending aborts; idle is closed when it
+	// drops to 0 (a WaitGroup must not be waited on while it may grow).
+	mu      sync.Mutex
+	running int
+	idle    chan struct{}
+}
+
+func (ab *aborter) started() {
+	ab.mu.Lock()
+	if ab.running == 0 {
+		ab.idle = make(chan struct{})
+	}
+	ab.running++
+	ab.mu.Unlock()
+}
+
+func (ab *aborter) ended() {
+	ab.mu.Lock()
+	ab.running--
+	if ab.running == 0 {
+		close(ab.idle)
+		ab.idle = nil
+	}
+	ab.mu.Unlock()
 }
 
 // SetAbort puts abort settings in force (hot reload): aborts already
@@ -125,10 +148,14 @@ func (p *Proxy) AbortsInFlight() int64 { return p.aborts.inFlight.Load() }
 // WaitAborts waits until the aborts being sent are done (each is bounded
 // by abort.timeout), or done closes; false when done came first.
 func (p *Proxy) WaitAborts(done <-chan struct{}) bool {
-	ended := make(chan struct{})
-	go func() { p.aborts.wg.Wait(); close(ended) }()
+	p.aborts.mu.Lock()
+	idle := p.aborts.idle
+	p.aborts.mu.Unlock()
+	if idle == nil {
+		return true
+	}
 	select {
-	case <-ended:
+	case <-idle:
 		return true
 	case <-done:
 		return false
@@ -144,8 +171,9 @@ func (p *Proxy) observeAbort(b *Backend, why AbortReason, res AbortResult, n int
 // abort sends b one /abort_request per rid of the leg, rid being the rid
 // member's JSON value (a string, or a list of strings) and items, when rid
 // is one string on a batch, the batch's size (SGLang names item i
-// "<rid>_<i>"). It returns at once; rid is copied.
-func (p *Proxy) abort(b *Backend, why AbortReason, rid []byte, items int) {
+// "<rid>_<i>"). It returns at once; rid is copied. sent, when set, is
+// held until the aborts are done.
+func (p *Proxy) abort(b *Backend, why AbortReason, rid []byte, items int, sent *sync.WaitGroup) {
 	cfg := p.aborts.cfg.Load()
 	if cfg == nil || !cfg.Enabled || len(rid) == 0 {
 		return
@@ -165,13 +193,19 @@ func (p *Proxy) abort(b *Backend, why AbortReason, rid []byte, items int) {
 		p.observeAbort(b, why, AbortDropped, n)
 		return
 	}
-	p.aborts.wg.Add(1)
-	go p.sendAborts(b, why, bodies, p.now().Add(cfg.Timeout))
+	p.aborts.started()
+	if sent != nil {
+		sent.Add(1)
+	}
+	go p.sendAborts(b, why, bodies, p.now().Add(cfg.Timeout), sent)
 }
 
 // sendAborts sends the bodies one after the other before deadline.
-func (p *Proxy) sendAborts(b *Backend, why AbortReason, bodies [][]byte, deadline time.Time) {
-	defer p.aborts.wg.Done()
+func (p *Proxy) sendAborts(b *Backend, why AbortReason, bodies [][]byte, deadline time.Time, sent *sync.WaitGroup) {
+	defer p.aborts.ended()
+	if sent != nil {
+		defer sent.Done()
+	}
 	defer p.aborts.inFlight.Add(-int64(len(bodies)))
 	for i, body := range bodies {
 		left := deadline.Sub(p.now())
@@ -280,12 +314,25 @@ func ridBody(s []byte, item int) []byte {
 }
 
 // stringEnd returns the index just past the JSON string starting at
-// raw[i] (a quote), and whether it ends before raw does.
+// raw[i] (a quote), and whether it is one that ends before raw does.
 func stringEnd(raw []byte, i int) (int, bool) {
 	for j := i + 1; j < len(raw); j++ {
 		switch c := raw[j]; {
 		case c == '\\':
 			j++
+			if j == len(raw) {
+				return 0, false
+			}
+			switch raw[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(raw) || !isHex4(raw[j+1:j+5]) {
+					return 0, false
+				}
+				j += 4
+			default:
+				return 0, false
+			}
 		case c == '"':
 			return j + 1, true
 		case c < 0x20:
@@ -293,6 +340,15 @@ func stringEnd(raw []byte, i int) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func skipWS(raw []byte, i int) int {

@@ -67,6 +67,10 @@ type Exchange struct {
 	// RIDItems, when RID is one string on a batch, is the number of items:
 	// SGLang names item i "<rid>_<i>", and aborts those.
 	RIDItems int
+	// AbortsSent, when set, is held by the attempt until its aborts have
+	// been sent: a caller retrying with the same rid (the client's) waits
+	// on it, so no late abort meets the retry's legs.
+	AbortsSent *sync.WaitGroup
 }
 
 // Answer is what the client gets once the decode committed. ContentType
@@ -138,6 +142,9 @@ func (a *attempt) unref() {
 		return
 	}
 	a.abortGivenUp()
+	if wg := a.x.AbortsSent; wg != nil {
+		wg.Done()
+	}
 	a.pl.reset()
 	a.dl.reset()
 	a.why.Store(0)
@@ -192,7 +199,7 @@ func (a *attempt) abortGivenUp() {
 		case why == 0:
 			why = AbortPrefillFailed
 		}
-		a.p.abort(l.b, why, a.x.RID, a.x.RIDItems)
+		a.p.abort(l.b, why, a.x.RID, a.x.RIDItems, a.x.AbortsSent)
 	}
 }
 
@@ -210,6 +217,9 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	now := p.now()
 	a := attemptPool.Get().(*attempt)
 	a.x, a.p, a.t = *x, p, p.Timeouts()
+	if x.AbortsSent != nil {
+		x.AbortsSent.Add(1) // until the last reference is let go (unref)
+	}
 	if len(x.PrefillTrace)+len(x.DecodeTrace) > 0 {
 		a.ptrace = append(a.ptrace[:0], x.PrefillTrace...)
 		a.dtrace = append(a.dtrace[:0], x.DecodeTrace...)

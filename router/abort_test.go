@@ -386,3 +386,45 @@ func TestBadRidIs400(t *testing.T) {
 		t.Errorf("the engine was asked %d times", e.Count())
 	}
 }
+
+// A retry reuses the client's rid: the failed attempt's abort must reach
+// the engine before the retry's leg does, or it would end that leg. The
+// prefill here takes 300 ms to answer /abort_request; the retry waits.
+func TestRetryWithClientRidWaitsForAborts(t *testing.T) {
+	pm := mock.New(mock.Options{Role: mock.RolePrefill, PrefillOverhead: 400 * time.Millisecond}, zerolog.Nop())
+	t.Cleanup(func() { pm.Shutdown() })
+	p := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/abort_request" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		pm.Handler(ctx)
+	})
+	var legs atomic.Int64
+	decode := func(ctx *fasthttp.RequestCtx) {
+		n := legs.Add(1)
+		proxytest.WaitFor(5*time.Second, func() bool { return pm.Stats().Requests["/generate"] >= n })
+		if n == 1 {
+			proxytest.JSONAnswer(503, `{"error":"busy"}`)(ctx) // retryable
+			return
+		}
+		// Answer once the prefill has: a prefill ended by a late abort
+		// fails the request first.
+		time.Sleep(600 * time.Millisecond)
+		proxytest.JSONAnswer(200, `{"text":"ok"}`)(ctx)
+	}
+	// Two decodes: the retry leaves the failed one out, and meets the
+	// same prefill again.
+	d1, d2 := proxytest.NewEngine(t, decode), proxytest.NewEngine(t, decode)
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d1, d2}, withAborts(16), func(c *config.Config) {
+		c.Retry.MaxAttempts = 2
+	})
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","rid":"again"}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	sameRids(t, "prefill", abortsSettle(t, l, pm, 1), "again")
+	noneInFlight(t, l)
+	if v := metricValues(t, l, `pdlb_backend_requests_total{role="prefill"`); v[`pdlb_backend_requests_total{role="prefill",url="`+p.URL+`",result="ok"}`] != 1 {
+		t.Errorf("the retry's prefill leg did not succeed: %v", v)
+	}
+}

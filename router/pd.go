@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
@@ -91,6 +92,12 @@ func (q *request) exchange() *proxy.Stream {
 				return nil
 			}
 			break
+		}
+		if q.abortsSent != nil {
+			// The next attempt's legs carry the same rid (the client's):
+			// the last one's aborts, bounded by abort.timeout, go first,
+			// lest one reach an engine after the new leg and end it.
+			q.abortsSent.Wait()
 		}
 	}
 	q.failUpstream(lastErr, all503)
@@ -180,6 +187,9 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 	}
 	buf.B = slices.Grow(buf.B[:0], ridCap+legs*(injectedCap(q.body, &in)+ridCap))
 	ridItems := 0
+	if !own && ridCap > 0 && q.abortsSent == nil && r.cfg().Retry.MaxAttempts > 1 {
+		q.abortsSent = new(sync.WaitGroup)
+	}
 	if own {
 		buf.B = appendOwnRID(buf.B, q.id, in.rooms, in.batch)
 		in.rid = buf.B[:len(buf.B):len(buf.B)]
@@ -205,7 +215,7 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 		PrefillBody: pBody, DecodeBody: dBody, Buffer: buf,
 		Stream: req.stream, MergeLogprobs: req.returnLogprob && q.route == "/generate",
 		RequestID: q.id, Deadline: q.deadline, ClientConn: q.conn,
-		RID: rid, RIDItems: ridItems,
+		RID: rid, RIDItems: ridItems, AbortsSent: q.abortsSent,
 	}
 	traced := q.traceLegs(&x, p, d, ranks, in.rooms)
 	ans, uerr := r.proxy.Do(&x)
