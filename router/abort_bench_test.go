@@ -1,11 +1,9 @@
 package router
 
 import (
-	"net"
 	"testing"
 
 	"github.com/rs/zerolog"
-	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
 	"pdlb/proxy/proxytest"
@@ -19,8 +17,7 @@ import (
 //
 //	go test ./router -run '^$' -bench RequestAborts -benchmem -count 5
 func BenchmarkRequestAborts(b *testing.B) {
-	p := proxytest.NewEngine(b, proxytest.JSONAnswer(200, `{"text":"","meta_info":{}}`))
-	d := proxytest.NewEngine(b, proxytest.JSONAnswer(200, `{"text":"hello","meta_info":{"completion_tokens":1}}`))
+	p, d := benchEngines(b)
 	const body = `{"text":"The quick brown fox jumps over the lazy dog","sampling_params":{"max_new_tokens":16}`
 	for _, tc := range []struct {
 		name, body string
@@ -34,22 +31,7 @@ func BenchmarkRequestAborts(b *testing.B) {
 			l := startLBFull(b, []*proxytest.Engine{p}, []*proxytest.Engine{d}, Options{Log: zerolog.Nop()}, func(c *config.Config) {
 				c.Abort = config.Abort{Enabled: tc.on, Timeout: config.Default().Abort.Timeout, MaxInFlight: 256}
 			})
-			var req fasthttp.Request
-			req.Header.SetMethod(fasthttp.MethodPost)
-			req.SetRequestURI("/generate")
-			req.Header.SetContentType("application/json")
-			req.SetBodyString(tc.body)
-			var ctx fasthttp.RequestCtx
-			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, nil)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				ctx.Response.Reset()
-				l.router.Handler(&ctx)
-				if ctx.Response.StatusCode() != 200 {
-					b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
-				}
-			}
+			benchGenerate(b, l, tc.body)
 		})
 	}
 }

@@ -88,6 +88,42 @@ func slicesReverse(b []mock.RecordedBody) []mock.RecordedBody {
 	return out
 }
 
+// bothAbortedOnce checks that each engine was asked once to abort rid, and
+// that the metric says why.
+func bothAbortedOnce(t *testing.T, l *lb, pm, dm *mock.Engine, rid, reason string) {
+	t.Helper()
+	sameRids(t, "prefill", abortsSettle(t, l, pm, 1), rid)
+	sameRids(t, "decode", abortsSettle(t, l, dm, 1), rid)
+	v := metricValues(t, l, "pdlb_aborts_total")
+	for _, role := range []string{"prefill", "decode"} {
+		if v[`pdlb_aborts_total{role="`+role+`",reason="`+reason+`",result="ok"}`] != 1 {
+			t.Errorf("pdlb_aborts_total: %v", v)
+		}
+	}
+}
+
+// onlyAborts checks that series, counting 1, is pdlb_aborts_total's only one.
+func onlyAborts(t *testing.T, l *lb, series string) {
+	t.Helper()
+	if v := metricValues(t, l, "pdlb_aborts_total"); len(v) != 1 || v[series] != 1 {
+		t.Errorf("pdlb_aborts_total: %v, want %s 1 alone", v, series)
+	}
+}
+
+// rawPost sends a /generate request on a connection of its own, for the
+// test to read (or leave) as it likes.
+func rawPost(t *testing.T, l *lb, body string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+	return c
+}
+
 func sameRids(t *testing.T, who string, got []string, want ...string) {
 	t.Helper()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
@@ -108,10 +144,7 @@ func TestAbortDecodeWhenPrefillFails(t *testing.T) {
 	if n := p.Count(); n != 1 {
 		t.Errorf("the prefill that failed got %d requests, want its leg alone", n)
 	}
-	if v := metricValues(t, l, "pdlb_aborts_total"); len(v) != 1 ||
-		v[`pdlb_aborts_total{role="decode",reason="prefill_failed",result="ok"}`] != 1 {
-		t.Errorf("pdlb_aborts_total: %v", v)
-	}
+	onlyAborts(t, l, `pdlb_aborts_total{role="decode",reason="prefill_failed",result="ok"}`)
 }
 
 func TestAbortPrefillWhenDecodeFails(t *testing.T) {
@@ -130,10 +163,7 @@ func TestAbortPrefillWhenDecodeFails(t *testing.T) {
 		t.Fatalf("prefill got rid %s, want \"%s-<19 digits>\"", rid, id)
 	}
 	sameRids(t, "prefill", abortsSettle(t, l, pm, 1), strings.Trim(rid, `"`))
-	if v := metricValues(t, l, "pdlb_aborts_total"); len(v) != 1 ||
-		v[`pdlb_aborts_total{role="prefill",reason="decode_failed",result="ok"}`] != 1 {
-		t.Errorf("pdlb_aborts_total: %v", v)
-	}
+	onlyAborts(t, l, `pdlb_aborts_total{role="prefill",reason="decode_failed",result="ok"}`)
 }
 
 // A client that leaves before its first token: both engines are working
@@ -146,27 +176,14 @@ func TestAbortBothWhenClientLeavesBeforeFirstToken(t *testing.T) {
 			d, dm := stalled(t, mock.RoleDecode, false)
 			l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withAborts(16))
 
-			c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			body := `{"text":"hi","rid":"gone-1","stream":` + map[bool]string{false: "false", true: "true"}[stream] + `}`
-			c.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-				strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+			c := rawPost(t, l, `{"text":"hi","rid":"gone-1","stream":`+map[bool]string{false: "false", true: "true"}[stream]+`}`)
 			if !proxytest.WaitFor(5*time.Second, func() bool {
 				return pm.Stats().Requests["/generate"] == 1 && dm.Stats().Requests["/generate"] == 1
 			}) {
 				t.Fatal("the legs did not reach both engines")
 			}
 			c.Close()
-			sameRids(t, "prefill", abortsSettle(t, l, pm, 1), "gone-1")
-			sameRids(t, "decode", abortsSettle(t, l, dm, 1), "gone-1")
-			v := metricValues(t, l, "pdlb_aborts_total")
-			for _, role := range []string{"prefill", "decode"} {
-				if v[`pdlb_aborts_total{role="`+role+`",reason="client_gone",result="ok"}`] != 1 {
-					t.Errorf("pdlb_aborts_total: %v", v)
-				}
-			}
+			bothAbortedOnce(t, l, pm, dm, "gone-1", "client_gone")
 		})
 	}
 }
@@ -178,13 +195,7 @@ func TestAbortDecodeWhenClientLeavesMidStream(t *testing.T) {
 	d, dm := mockEngine(t, mock.Options{TokenDelay: 50 * time.Millisecond, OutputLen: 1000})
 	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withAborts(16))
 
-	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := `{"text":"hi","rid":"mid-1","stream":true}`
-	c.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-		strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+	c := rawPost(t, l, `{"text":"hi","rid":"mid-1","stream":true}`)
 	br := bufio.NewReader(c)
 	for {
 		line, err := br.ReadString('\n')
@@ -201,10 +212,7 @@ func TestAbortDecodeWhenClientLeavesMidStream(t *testing.T) {
 	if !proxytest.WaitFor(5*time.Second, func() bool { return dm.Stats().Streams == 0 }) {
 		t.Error("the decode is still streaming")
 	}
-	if v := metricValues(t, l, "pdlb_aborts_total"); len(v) != 1 ||
-		v[`pdlb_aborts_total{role="decode",reason="client_gone",result="ok"}`] != 1 {
-		t.Errorf("pdlb_aborts_total: %v", v)
-	}
+	onlyAborts(t, l, `pdlb_aborts_total{role="decode",reason="client_gone",result="ok"}`)
 }
 
 func TestAbortBothWhenRequestTimesOut(t *testing.T) {
@@ -217,14 +225,7 @@ func TestAbortBothWhenRequestTimesOut(t *testing.T) {
 	if resp.StatusCode != 504 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	sameRids(t, "prefill", abortsSettle(t, l, pm, 1), "slow-1")
-	sameRids(t, "decode", abortsSettle(t, l, dm, 1), "slow-1")
-	v := metricValues(t, l, "pdlb_aborts_total")
-	for _, role := range []string{"prefill", "decode"} {
-		if v[`pdlb_aborts_total{role="`+role+`",reason="timeout",result="ok"}`] != 1 {
-			t.Errorf("pdlb_aborts_total: %v", v)
-		}
-	}
+	bothAbortedOnce(t, l, pm, dm, "slow-1", "timeout")
 }
 
 // Requests that complete send no abort, streamed or not, with or without
