@@ -127,3 +127,70 @@ func TestParseRID(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRID holds pdlb's reading of rid to encoding/json's (the last rid
+// member is the one the engine reads, as SGLang's json does): null or
+// absent is none, a string is kept, a list of strings is kept when its
+// length fits the batch, anything else is a 400 naming rid. When pdlb
+// writes its own rid the engine reads that one, and only it.
+func FuzzRID(f *testing.F) {
+	for _, s := range []string{`{"text":"a","rid":"r"}`, `{"text":["a","b"],"rid":["x","y"]}`, `{"text":"a","rid":null}`,
+		`{"text":"a","rid":5}`, `{"rid":"a","text":["a","b"],"r\u0069d":null}`, `{"text":["a"],"rid":["x",null]}`,
+		`{"text":"a","rid":[]}`, `{"text":"a","rid":{"a":1}}`, `{"text":["a","b"],"rid":"s"}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		if !json.Valid([]byte(body)) || !strings.HasPrefix(strings.TrimSpace(body), "{") {
+			return // FuzzInjection's
+		}
+		r, err := parseRequest([]byte(body), generateRoute)
+		ridErr := err != nil && strings.HasPrefix(err.Error(), "rid")
+		if err != nil && !ridErr || ridErr && strings.Contains(err.Error(), "repeated too often") {
+			return
+		}
+		last := ""
+		for _, m := range members(t, []byte(body)) {
+			if m.key == "rid" {
+				last = m.raw
+			}
+		}
+		var s string
+		var list []json.RawMessage
+		wantOK := last == "" || last == "null" || json.Unmarshal([]byte(last), &s) == nil
+		if !wantOK && json.Unmarshal([]byte(last), &list) == nil {
+			wantOK = r.batch == 0 || len(list) == r.batch
+			for _, it := range list {
+				wantOK = wantOK && len(it) > 0 && it[0] == '"'
+			}
+		}
+		if wantOK == ridErr {
+			t.Fatalf("%q: rid %s: pdlb says %v", body, last, err)
+		}
+		if err != nil {
+			return
+		}
+		if got := body[r.rid.start:r.rid.end]; last != "null" && got != last {
+			t.Fatalf("%q: pdlb read rid %q, the engine %q", body, got, last)
+		}
+		if r.rid.end > r.rid.start {
+			return // the client's is kept as it is
+		}
+		rooms := []uint64{7}
+		if r.batch > 0 {
+			rooms = make([]uint64, r.batch)
+		}
+		own := appendOwnRID(nil, "req-1", rooms, r.batch > 0)
+		port := 1
+		in := injection{host: "h", port: &port, rooms: rooms, batch: r.batch > 0, rid: own}
+		out := appendInjected(nil, []byte(body), &r, &in)
+		var rids []string
+		for _, m := range members(t, out) {
+			if m.key == "rid" {
+				rids = append(rids, m.raw)
+			}
+		}
+		if len(rids) != 1 || rids[0] != string(own) {
+			t.Fatalf("%q injected as %q: rid members %q, want %s alone", body, out, rids, own)
+		}
+	})
+}
