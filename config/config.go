@@ -181,8 +181,9 @@ type Abort struct {
 	Enabled bool `koanf:"enabled"`
 	// Timeout bounds one abort request (SGLang answers at once). Default 2s.
 	Timeout time.Duration `koanf:"timeout"`
-	// MaxInFlight caps the aborts being sent at once; more are dropped and
-	// counted. Default 256.
+	// MaxInFlight caps the rids being aborted at once (one request each; a
+	// batch has one per item); a leg whose aborts would go over is not
+	// aborted, and its rids are counted as dropped. Default 256.
 	MaxInFlight int `koanf:"max_in_flight"`
 }
 

@@ -407,6 +407,7 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 	}
 	if !a.state.CompareAndSwap(pending, committed) {
 		s.release(false)
+		l.giveUp(false) // its engine streams on: abort it (the prefill failed)
 		return nil, &UpstreamError{Backend: l.b, Kind: KindCancelled, Err: errPrefillFailed}
 	}
 	s.a = a
