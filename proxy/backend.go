@@ -65,6 +65,10 @@ type Backend struct {
 	// noAbortUntil (Unix ns) is when the engine, which answered 404 to
 	// /abort_request, may be asked again (abort.go); 0: it may now.
 	noAbortUntil atomic.Int64
+	// observed is the LegObserver's state for this backend (router: its
+	// metric series), kept here so each leg finds it with one load rather
+	// than a map lookup hashing the URL.
+	observed atomic.Value
 }
 
 // NewBackend parses rawURL (config.ParseBackendURL) and prepares the
@@ -166,6 +170,13 @@ func (b *Backend) Draining() bool { return b.draining.Load() }
 
 // Drain stops new requests to the backend; in-flight ones finish.
 func (b *Backend) Drain() { b.draining.Store(true) }
+
+// Observed returns what SetObserved stored for b (nil before).
+func (b *Backend) Observed() any { return b.observed.Load() }
+
+// SetObserved keeps a LegObserver's state for b; it must store values of
+// one type.
+func (b *Backend) SetObserved(v any) { b.observed.Store(v) }
 
 // Undrain lets a draining backend take new requests again (the admin API
 // puts it back into the pool first).
