@@ -17,6 +17,7 @@ type Config struct {
 	Bootstrap Bootstrap `koanf:"bootstrap"`
 	Breaker   Breaker   `koanf:"breaker"`
 	Retry     Retry     `koanf:"retry"`
+	Abort     Abort     `koanf:"abort"`
 	Health    Health    `koanf:"health"`
 	Admin     Admin     `koanf:"admin"`
 	Metrics   Metrics   `koanf:"metrics"`
@@ -188,6 +189,21 @@ type Retry struct {
 	Initial time.Duration `koanf:"initial"`
 	// Max caps the backoff. Default 2s.
 	Max time.Duration `koanf:"max"`
+}
+
+// Abort configures engine-level aborts: each leg carries a rid, and when a
+// request fails or its client leaves pdlb sends SGLang's POST
+// /abort_request {"rid": …} to the engines still working on it.
+type Abort struct {
+	// Enabled injects the rid and sends the aborts; false leaves bodies
+	// without a rid and engines to notice closed connections. Default true.
+	Enabled bool `koanf:"enabled"`
+	// Timeout bounds one abort request (SGLang answers at once). Default 2s.
+	Timeout time.Duration `koanf:"timeout"`
+	// MaxInFlight caps the rids being aborted at once (one request each; a
+	// batch has one per item); a leg whose aborts would go over is not
+	// aborted, and its rids are counted as dropped. Default 256.
+	MaxInFlight int `koanf:"max_in_flight"`
 }
 
 // Health configures active health checks (GET /health on every backend).

@@ -62,6 +62,7 @@ func Default() Config {
 			Initial:     50 * time.Millisecond,
 			Max:         2 * time.Second,
 		},
+		Abort: Abort{Enabled: true, Timeout: 2 * time.Second, MaxInFlight: 256},
 		Health: Health{
 			Interval:      5 * time.Second,
 			Timeout:       2 * time.Second,

@@ -25,6 +25,7 @@ func (c *Config) Validate() error {
 		c.checkBootstrap,
 		c.checkBreaker,
 		c.checkRetry,
+		c.checkAbort,
 		c.checkHealth,
 		c.checkAdmin,
 		c.checkPolicy,
@@ -211,6 +212,19 @@ func (c *Config) checkBreaker() *Error {
 		return errorf("breaker.pair_window", "must be positive while breaker.pair_failures is set")
 	case b.PairFailures > 0 && b.PairCooldown <= 0:
 		return errorf("breaker.pair_cooldown", "must be positive while breaker.pair_failures is set")
+	}
+	return nil
+}
+
+func (c *Config) checkAbort() *Error {
+	if !c.Abort.Enabled {
+		return nil
+	}
+	if c.Abort.Timeout <= 0 {
+		return errorf("abort.timeout", "must be positive while abort.enabled is true")
+	}
+	if c.Abort.MaxInFlight < 1 {
+		return errorf("abort.max_in_flight", fmt.Sprintf("%d must be at least 1 while abort.enabled is true", c.Abort.MaxInFlight))
 	}
 	return nil
 }

@@ -85,6 +85,9 @@ func TestValidate(t *testing.T) {
 		{"pair window zero", func(c *Config) { c.Breaker.PairWindow = 0 }, "breaker.pair_window", "must be positive"},
 		{"pair cooldown zero", func(c *Config) { c.Breaker.PairCooldown = 0 }, "breaker.pair_cooldown", "must be positive"},
 		{"max attempts", func(c *Config) { c.Retry.MaxAttempts = 0 }, "retry.max_attempts", "at least 1"},
+		{"abort timeout zero", func(c *Config) { c.Abort.Timeout = 0 }, "abort.timeout", "must be positive while abort.enabled is true"},
+		{"abort max in flight zero", func(c *Config) { c.Abort.MaxInFlight = 0 }, "abort.max_in_flight", "0 must be at least 1"},
+		{"abort max in flight negative", func(c *Config) { c.Abort.MaxInFlight = -1 }, "abort.max_in_flight", "must not be negative"},
 		{"retry max below initial", func(c *Config) { c.Retry.Max = time.Millisecond }, "retry.max", "below retry.initial"},
 		{"max body zero", func(c *Config) { c.Limits.MaxBodyBytes = 0 }, "limits.max_body_bytes", "must be positive"},
 		{"max batch zero", func(c *Config) { c.Limits.MaxBatchSize = 0 }, "limits.max_batch_size", "must be at least 1"},
@@ -127,6 +130,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"one null bootstrap port", func(c *Config) { c.Prefill[0].BootstrapPort = nil }},
 		{"ratio rule off", func(c *Config) { c.Breaker.FailureRatio = 0 }},
 		{"health checks off", func(c *Config) { c.Health.Interval, c.Health.FailThreshold = 0, 0 }},
+		{"aborts off, their bounds unset", func(c *Config) { c.Abort = Abort{} }},
 		{"no concurrency cap", func(c *Config) { c.Limits.MaxConcurrentRequests = 0 }},
 		{"allowed sources of every form", func(c *Config) {
 			c.Bootstrap.AllowedSources = []string{"10.0.0.0/16", "10.1.0.5", "10.1.2.3/8", "::1", "fd00::/8", "::ffff:10.2.0.0/112", "0.0.0.0/0"}

@@ -62,6 +62,9 @@ type Backend struct {
 	draining   atomic.Bool
 	// unhealthy is set by active health checks.
 	unhealthy atomic.Bool
+	// noAbortUntil (Unix ns) is when the engine, which answered 404 to
+	// /abort_request, may be asked again (abort.go); 0: it may now.
+	noAbortUntil atomic.Int64
 	// observed is the LegObserver's state for this backend (router: its
 	// metric series), kept here so each leg finds it with one load rather
 	// than a map lookup hashing the URL.

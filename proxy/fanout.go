@@ -19,11 +19,13 @@ type Proxy struct {
 	log      zerolog.Logger
 	now      func() time.Time
 	obs      LegObserver
+	aborts   aborter
 }
 
 // New returns a Proxy with the given leg timeouts.
 func New(t config.Timeouts, log zerolog.Logger) *Proxy {
 	p := &Proxy{log: log, now: time.Now}
+	p.aborts.now = time.Now
 	p.SetTimeouts(t)
 	return p
 }
@@ -57,6 +59,18 @@ type Exchange struct {
 	PrefillTrace, DecodeTrace []byte
 	// Tracer, when set, receives each leg's report as it ends.
 	Tracer LegTracer
+	// RID is the rid member's value as the engines read it (a JSON string,
+	// or a list of them): what POST /abort_request names when the attempt
+	// fails (abort.go). Empty: no aborts. It must stay valid until the
+	// attempt ends (it lives in Buffer, before the bodies).
+	RID []byte
+	// RIDItems, when RID is one string on a batch, is the number of items:
+	// SGLang names item i "<rid>_<i>", and aborts those.
+	RIDItems int
+	// AbortsSent, when set, is held by the attempt until its aborts have
+	// been sent: a caller retrying with the same rid (the client's) waits
+	// on it, so no late abort meets the retry's legs.
+	AbortsSent *sync.WaitGroup
 }
 
 // Answer is what the client gets once the decode committed. ContentType
@@ -116,6 +130,9 @@ type attempt struct {
 	// ptrace and dtrace hold the legs' trace head lines: the caller's may
 	// change once Do returns, before the prefill goroutine has sent them.
 	ptrace, dtrace []byte
+	// why is the first AbortReason the attempt met (0: none yet): why a
+	// leg pdlb gave up is aborted in its engine.
+	why atomic.Uint32
 }
 
 var attemptPool = sync.Pool{New: func() any { return &attempt{pdone: make(chan *UpstreamError, 1)} }}
@@ -124,8 +141,13 @@ func (a *attempt) unref() {
 	if a.refs.Add(-1) != 0 {
 		return
 	}
+	a.abortGivenUp()
+	if wg := a.x.AbortsSent; wg != nil {
+		wg.Done()
+	}
 	a.pl.reset()
 	a.dl.reset()
+	a.why.Store(0)
 	select {
 	case <-a.pdone:
 	default:
@@ -143,8 +165,47 @@ func (a *attempt) unref() {
 	attemptPool.Put(a)
 }
 
+// setWhy records why the attempt failed, unless it already knew.
+func (a *attempt) setWhy(why AbortReason) { a.why.CompareAndSwap(0, uint32(why)) }
+
+// failedWhy is the reason a leg's failure gives its sibling's abort.
+func failedWhy(err *UpstreamError, role Role) AbortReason {
+	switch {
+	case err.Kind == KindTimeout:
+		return AbortTimeout
+	case role == Prefill:
+		return AbortPrefillFailed
+	}
+	return AbortDecodeFailed
+}
+
+// abortGivenUp aborts, in their engines, the legs pdlb gave up while the
+// engines were still working on them (the attempt is over: nothing of it
+// is read again but the rid, copied by abort).
+func (a *attempt) abortGivenUp() {
+	if len(a.x.RID) == 0 {
+		return
+	}
+	for _, l := range [2]*leg{&a.pl, &a.dl} {
+		if !l.gaveUp || l.b == nil {
+			continue
+		}
+		why := AbortReason(a.why.Load())
+		switch {
+		case l.timedOut:
+			why = AbortTimeout
+		case why == 0 && l == &a.pl: // cut for a reason nobody named: its sibling's
+			why = AbortDecodeFailed
+		case why == 0:
+			why = AbortPrefillFailed
+		}
+		a.p.abort(l.b, why, a.x.RID, a.x.RIDItems, a.x.AbortsSent)
+	}
+}
+
 // clientGone cancels both legs (the client-watch callback).
 func (a *attempt) clientGone() {
+	a.setWhy(AbortClientGone)
 	a.pl.cancel(ErrClientGone)
 	a.dl.cancel(ErrClientGone)
 }
@@ -156,6 +217,9 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	now := p.now()
 	a := attemptPool.Get().(*attempt)
 	a.x, a.p, a.t = *x, p, p.Timeouts()
+	if x.AbortsSent != nil {
+		x.AbortsSent.Add(1) // until the last reference is let go (unref)
+	}
 	if len(x.PrefillTrace)+len(x.DecodeTrace) > 0 {
 		a.ptrace = append(a.ptrace[:0], x.PrefillTrace...)
 		a.dtrace = append(a.dtrace[:0], x.DecodeTrace...)
@@ -181,6 +245,7 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 	defer a.unref()
 	switch {
 	case err.Kind == KindCancelled && errors.Is(err.Err, ErrClientGone):
+		a.setWhy(AbortClientGone)
 		a.pl.cancel(ErrClientGone)
 		p.settle(x.Decode, err)
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, err)
@@ -192,6 +257,7 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, cut)
 		return nil, <-a.pdone
 	default:
+		a.setWhy(failedWhy(err, Decode))
 		a.pl.cancel(errCancelled)
 		p.settle(x.Decode, err)
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, err)
@@ -237,6 +303,7 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 		a.p.answered(l.b, a.start)
 	}
 	if err != nil && a.state.CompareAndSwap(pending, prefillFailed) {
+		a.setWhy(failedWhy(err, Prefill))
 		a.dl.cancel(errPrefillFailed)
 	}
 	if err != nil && err.Kind != KindCancelled && a.state.Load() == committed {
@@ -293,12 +360,16 @@ func drainStream(l *leg, sr *sseReader) (bytes, events int, clean bool) {
 	for {
 		ev, err := sr.next()
 		if err != nil {
+			if !isEOF(err) && (l.isCancelled() || classify(err) == KindTimeout) {
+				l.giveUp(!l.isCancelled())
+			}
 			l.closeStream(isEOF(err))
 			return bytes, events, isEOF(err)
 		}
 		bytes += len(ev)
 		events++
 		if isDone(ev) {
+			l.ended = true
 			l.closeStream(finishAfterDone(l, sr))
 			return bytes, events, true
 		}
@@ -336,6 +407,7 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 	}
 	if !a.state.CompareAndSwap(pending, committed) {
 		s.release(false)
+		l.giveUp(false) // its engine streams on: abort it (the prefill failed)
 		return nil, &UpstreamError{Backend: l.b, Kind: KindCancelled, Err: errPrefillFailed}
 	}
 	s.a = a

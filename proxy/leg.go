@@ -32,6 +32,13 @@ type leg struct {
 	conn      *upConn
 	cancelled bool
 	cause     error
+
+	// What the engine may still be doing, for the abort (abort.go); each
+	// is written by the goroutine driving the leg and read once the
+	// attempt is over. sent: the request reached the engine; ended: its
+	// answer did too (read to the end, or an error status); gaveUp: pdlb
+	// closed the leg before that (cut, or its deadline passed: timedOut).
+	sent, ended, gaveUp, timedOut bool
 }
 
 // reset readies the leg for reuse (its attempt is done): a connection still
@@ -49,6 +56,7 @@ func (l *leg) reset() {
 	l.bufs = nil
 	l.resp.Reset()
 	l.b, l.cancelled, l.cause = nil, false, nil
+	l.sent, l.ended, l.gaveUp, l.timedOut = false, false, false, false
 }
 
 // cancel closes the leg's connection (now or as soon as it has one) so any
@@ -110,6 +118,9 @@ func (l *leg) fail(kind Kind, err error) *UpstreamError {
 	} else if kind == KindProtocol {
 		kind = classify(err)
 	}
+	if kind == KindCancelled || kind == KindTimeout {
+		l.giveUp(kind == KindTimeout)
+	}
 	l.detach(false)
 	return &UpstreamError{Backend: l.b, Kind: kind, Err: err}
 }
@@ -138,6 +149,7 @@ func (l *leg) start(path string, body []byte, requestID string, extra []byte, de
 			return l.fail(KindConnect, err)
 		}
 		if err = l.writeRequest(c, body); err == nil {
+			l.sent = true
 			err = c.readHead(&l.resp.Header)
 			if err == nil {
 				return nil
@@ -189,13 +201,23 @@ func (l *leg) readBody(deadline time.Time) *UpstreamError {
 	if err != nil {
 		return l.fail(KindProtocol, err)
 	}
+	l.ended = true
 	l.detach(true)
 	return nil
+}
+
+// giveUp notes that pdlb closed the leg while the engine may still be
+// working on it: the attempt aborts it there once it is over.
+func (l *leg) giveUp(timedOut bool) {
+	if l.sent && !l.ended && !l.gaveUp {
+		l.gaveUp, l.timedOut = true, timedOut
+	}
 }
 
 // statusError reads an error answer's body (bounded) and describes it.
 func (l *leg) statusError(deadline time.Time) *UpstreamError {
 	status := l.status()
+	l.ended = true // the engine answered: whatever follows, it is done
 	if e := l.readBody(deadline); e != nil {
 		e.Kind, e.Status = KindStatus, status
 		return e
@@ -224,6 +246,9 @@ func (l *leg) openStream() (io.Reader, *upConn, *UpstreamError) {
 // closeStream ends a streamed body; the connection is reused only when the
 // body was read to its end.
 func (l *leg) closeStream(atEOF bool) {
+	if atEOF {
+		l.ended = true
+	}
 	l.resp.CloseBodyStream()
 	l.detach(atEOF)
 }

@@ -93,6 +93,9 @@ func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duratio
 			client.SetWriteDeadline(earlier(s.now().Add(writeTimeout), s.deadline))
 		}
 		done := isDone(ev)
+		if done {
+			s.l.ended = true // whatever the client does now
+		}
 		n, err := s.writeEvent(w, ev, done)
 		res.Bytes += n
 		if err == nil {
@@ -190,6 +193,19 @@ func (s *Stream) finish(res RelayResult) {
 	}
 	l := s.l
 	s.l = nil
+	if uerr != nil {
+		// The engine may still be generating: abort it (once the attempt
+		// is over) when pdlb left it, not when it broke by itself.
+		switch {
+		case errors.Is(res.Err, ErrClientGone):
+			l.giveUp(false)
+			if s.a != nil {
+				s.a.setWhy(AbortClientGone)
+			}
+		case uerr.Kind == KindTimeout:
+			l.giveUp(true)
+		}
+	}
 	if a := s.a; a != nil {
 		a.p.settle(s.ticket, uerr)
 		s.a = nil

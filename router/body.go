@@ -42,6 +42,12 @@ type pdRequest struct {
 	// rewrites them per leg).
 	rankSpans  [maxDrops]span
 	nrankSpans int
+	// rid is the value span of the client's "rid" (the last one) when it is
+	// not null: the engines use it, and pdlb aborts by it. ridSpans are the
+	// spans of every rid member, cut out when pdlb writes a rid of its own.
+	rid       span
+	ridSpans  [maxDrops]span
+	nridSpans int
 	// prompt is the span of the prompt's JSON value, for the selection
 	// policies (policy.Request.Prompt): the last text, else input_ids, of
 	// /generate; the last messages, else prompt, of the OpenAI routes.
@@ -76,9 +82,9 @@ const (
 // lastMembers holds the raw value of the last member of each name pdlb
 // decides on ("" when absent): the one the engine reads.
 type lastMembers struct {
-	stream, returnLogprob, text, inputIDs, routedRank, prefillRank string
-	// Value spans of the prompt members (policy.Request.Prompt).
-	textSpan, inputIDsSpan, messagesSpan, promptSpan span
+	stream, returnLogprob, text, inputIDs, routedRank, prefillRank, rid string
+	// Value spans of the prompt members (policy.Request.Prompt) and of rid.
+	textSpan, inputIDsSpan, messagesSpan, promptSpan, ridSpan span
 }
 
 // parseRequest checks that body is a JSON object and reads its top level as
@@ -145,6 +151,13 @@ func (r *pdRequest) member(rawKey, value string, sp, vs span, last *lastMembers)
 		} else {
 			last.prefillRank = value
 		}
+	case "rid":
+		if r.nridSpans == maxDrops {
+			return errors.New("rid: repeated too often")
+		}
+		r.ridSpans[r.nridSpans] = sp
+		r.nridSpans++
+		last.rid, last.ridSpan = value, vs
 	case "stream":
 		last.stream = value
 	case "return_logprob":
@@ -184,6 +197,9 @@ func (r *pdRequest) decide(last *lastMembers, opt parseOptions) error {
 		if last.messagesSpan.end > 0 {
 			r.prompt = last.messagesSpan
 		}
+	}
+	if err := r.decideRID(last.rid, last.ridSpan); err != nil {
+		return err
 	}
 	// routed_dp_rank, disagg_prefill_dp_rank: Optional[int]. pydantic also
 	// takes "1", " 1 ", "1_0", 1.0 and true, by rules that vary between its
@@ -273,6 +289,30 @@ func (r *pdRequest) decideGenerate(last *lastMembers, maxBatch int) error {
 	if r.batch > maxBatch {
 		return fmt.Errorf("%s: batch of %d items exceeds limits.max_batch_size (%d)", key, r.batch, maxBatch)
 	}
+	return nil
+}
+
+// decideRID reads rid as GenerateReqInput and the OpenAI request models
+// take it (Optional[Union[List[str], str]]). A list on a /generate batch
+// needs one rid per item, as GenerateReqInput._normalize_rid checks.
+func (r *pdRequest) decideRID(v string, vs span) error {
+	if v == "" || v == "null" {
+		return nil
+	}
+	switch v[0] {
+	case '"':
+	case '[':
+		n, bad, badItem := countItems(v, '"')
+		if bad >= 0 {
+			return fmt.Errorf("rid: item %d must be a string, got %s", bad, truncate(badItem, 40))
+		}
+		if r.batch > 0 && n != r.batch {
+			return fmt.Errorf("rid: a list of %d rids for a batch of %d items", n, r.batch)
+		}
+	default:
+		return mustBe("rid", "a string or a list of strings", v)
+	}
+	r.rid = vs
 	return nil
 }
 

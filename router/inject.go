@@ -39,6 +39,10 @@ type injection struct {
 	// own rank members are then cut out).
 	ranks  [2]rankMember
 	nranks int
+	// rid is the rid pdlb writes (appendOwnRID; the client's rid members,
+	// null ones, are then cut out); nil when the client's is kept or
+	// aborts are off.
+	rid []byte
 }
 
 // rankMember is one DP-rank member: "routed_dp_rank" or "disagg_prefill_dp_rank".
@@ -51,10 +55,18 @@ type rankMember struct {
 // (and, when rewriting ranks, its rank members) cut out and pdlb's appended
 // before the closing brace. Everything else is copied byte for byte.
 func appendInjected(dst, body []byte, r *pdRequest, in *injection) []byte {
-	var all [2 * maxDrops]span
+	var all [3 * maxDrops]span
 	drops := append(all[:0], r.drops[:r.ndrops]...)
+	sorted := true
 	if in.nranks > 0 && r.nrankSpans > 0 {
 		drops = append(drops, r.rankSpans[:r.nrankSpans]...)
+		sorted = false
+	}
+	if in.rid != nil && r.nridSpans > 0 {
+		drops = append(drops, r.ridSpans[:r.nridSpans]...)
+		sorted = false
+	}
+	if !sorted {
 		slices.SortFunc(drops, func(a, b span) int { return a.start - b.start })
 	}
 	pos := 0
@@ -120,6 +132,10 @@ func appendMembers(dst []byte, in *injection) []byte {
 		dst = append(dst, '"', ':')
 		dst = strconv.AppendInt(dst, m.rank, 10)
 	}
+	if in.rid != nil {
+		dst = append(dst, `,"rid":`...)
+		dst = append(dst, in.rid...)
+	}
 	return dst
 }
 
@@ -140,6 +156,13 @@ func appendRepeated(dst []byte, in *injection, value func([]byte) []byte) []byte
 
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
+	dst = appendEscaped(dst, s)
+	return append(dst, '"')
+}
+
+// appendEscaped appends s as the inside of a JSON string; s is visible
+// ASCII (hosts, request IDs), so only quotes and backslashes are escaped.
+func appendEscaped(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c == '"' || c == '\\' {
@@ -147,7 +170,7 @@ func appendJSONString(dst []byte, s string) []byte {
 		}
 		dst = append(dst, c)
 	}
-	return append(dst, '"')
+	return dst
 }
 
 func skipSpace[B ~string | ~[]byte](b B, i int) int {

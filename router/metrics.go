@@ -33,6 +33,7 @@ type Metrics struct {
 	durations sync.Map // route → *metrics.PrometheusHistogram
 	ttft      sync.Map // route → *metrics.PrometheusHistogram
 	retries   sync.Map // route → *metrics.Counter
+	aborts    sync.Map // abortKey → *metrics.Counter
 	backends  sync.Map // backendKey → *backendSeries (backend_metrics.go)
 	pool      *proxy.Pool
 	// extra writers (registry status, admission gauges) added by the wiring.
@@ -115,6 +116,30 @@ func (m *Metrics) histogram(cache *sync.Map, name, route string) *metrics.Promet
 		h, _ = cache.LoadOrStore(route, m.set.GetOrCreatePrometheusHistogramExt(fmt.Sprintf(`%s{route=%q}`, name, route), durationBuckets))
 	}
 	return h.(*metrics.PrometheusHistogram)
+}
+
+var (
+	_ proxy.LegObserver   = (*Metrics)(nil)
+	_ proxy.AbortObserver = (*Metrics)(nil)
+)
+
+type abortKey struct {
+	role   proxy.Role
+	why    proxy.AbortReason
+	result proxy.AbortResult
+}
+
+// Aborted counts aborts sent (or not) to engines: proxy.AbortObserver.
+func (m *Metrics) Aborted(b *proxy.Backend, why proxy.AbortReason, result proxy.AbortResult, n int) {
+	if m == nil {
+		return
+	}
+	k := abortKey{b.Role, why, result}
+	c, ok := m.aborts.Load(k)
+	if !ok {
+		c, _ = m.aborts.LoadOrStore(k, m.set.GetOrCreateCounter(fmt.Sprintf(`pdlb_aborts_total{role=%q,reason=%q,result=%q}`, b.Role.String(), why.String(), result.String())))
+	}
+	c.(*metrics.Counter).Add(n)
 }
 
 // BreakerChange counts a breaker transition (wired as the breakers' hook).
@@ -305,6 +330,8 @@ var families = map[string]family{
 	"pdlb_request_duration_seconds": {typeHistogram, "Time from a request's arrival to its last byte sent, by route."},
 	"pdlb_ttft_seconds":             {typeHistogram, "Time from a request's arrival to the first byte sent to the client (the whole answer when not streaming), by route."},
 	"pdlb_retries_total":            {typeCounter, "Retries of a request on a fresh prefill/decode pair, by route."},
+	// Engine-level aborts (Metrics.Aborted; proxy/abort.go).
+	"pdlb_aborts_total": {typeCounter, "POST /abort_request for legs pdlb gave up, by role, reason (prefill_failed, decode_failed, client_gone, timeout) and result (ok, not_found, error, dropped over abort.max_in_flight, skipped for an engine known to lack the route); one per rid."},
 	// Per backend, written at scrape time (Metrics.writeDynamic).
 	"pdlb_backend_in_flight":      {typeGauge, "Requests in flight on the backend."},
 	"pdlb_backend_selected_total": {typeCounter, "Times the backend was picked for a request."},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
@@ -98,6 +99,12 @@ func (q *request) exchange() *proxy.Stream {
 			}
 			break
 		}
+		if q.abortsSent != nil {
+			// The next attempt's legs carry the same rid (the client's):
+			// the last one's aborts, bounded by abort.timeout, go first,
+			// lest one reach an engine after the new leg and end it.
+			q.abortsSent.Wait()
+		}
 	}
 	q.failUpstream(lastErr, all503)
 	return nil
@@ -180,20 +187,44 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 	}
 	q.room = in.rooms[0]
 	// Both bodies live in one pooled buffer that the proxy returns once both
-	// legs have sent them.
+	// legs have sent them, after the rid the engines will know the request
+	// by (rid.go), which aborts name until the attempt ends.
 	buf := bytebufferpool.Get()
 	pIn, dIn := ranks.legs(&in)
 	legs := 1 // bodies: ranks written per leg make two
 	if pIn != dIn {
 		legs = 2
 	}
-	buf.B = slices.Grow(buf.B[:0], legs*injectedCap(q.body, &in))
+	ridCap, own := 0, false
+	if r.cfg().Abort.Enabled {
+		if req.rid.end > req.rid.start {
+			ridCap = req.rid.end - req.rid.start // the client's, kept
+		} else {
+			ridCap, own = ownRIDCap(q.id, len(in.rooms)), true
+		}
+	}
+	buf.B = slices.Grow(buf.B[:0], ridCap+legs*(injectedCap(q.body, &in)+ridCap))
+	ridItems := 0
+	if !own && ridCap > 0 && q.abortsSent == nil && r.cfg().Retry.MaxAttempts > 1 {
+		q.abortsSent = new(sync.WaitGroup)
+	}
+	if own {
+		buf.B = appendOwnRID(buf.B, q.id, in.rooms, in.batch)
+		in.rid = buf.B[:len(buf.B):len(buf.B)]
+	} else if ridCap > 0 {
+		buf.B = append(buf.B, q.body[req.rid.start:req.rid.end]...)
+		if in.batch && buf.B[0] == '"' {
+			ridItems = req.batch // the engine names item i "<rid>_<i>"
+		}
+	}
+	rid := buf.B[:len(buf.B):len(buf.B)]
+	pStart := len(buf.B)
 	buf.B = appendInjected(buf.B, q.body, req, pIn)
 	pEnd := len(buf.B)
 	if legs == 2 {
 		buf.B = appendInjected(buf.B, q.body, req, dIn)
 	}
-	pBody, dBody := buf.B[:pEnd], buf.B[pEnd:]
+	pBody, dBody := buf.B[pStart:pEnd], buf.B[pEnd:]
 	if len(dBody) == 0 {
 		dBody = pBody
 	}
@@ -202,6 +233,7 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 		PrefillBody: pBody, DecodeBody: dBody, Buffer: buf,
 		Stream: req.stream, MergeLogprobs: req.returnLogprob && q.route == "/generate",
 		RequestID: q.id, Deadline: q.deadline, ClientConn: q.conn,
+		RID: rid, RIDItems: ridItems, AbortsSent: q.abortsSent,
 	}
 	traced := q.traceLegs(&x, p, d, ranks, in.rooms)
 	ans, uerr := r.proxy.Do(&x)

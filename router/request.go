@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -60,6 +61,9 @@ type request struct {
 
 	// trace is the request's tracing; its zero value is tracing off.
 	trace requestTrace
+	// abortsSent, set when the client named the rid and a retry may reuse
+	// it, holds each attempt until its aborts are sent (pd.go).
+	abortsSent *sync.WaitGroup
 }
 
 func (r *Router) newRequest(ctx *fasthttp.RequestCtx, route string) request {

@@ -29,6 +29,9 @@ type Settings struct {
 	Policy config.Policy
 	// Pairs is when a failing prefill–decode pair is avoided.
 	Pairs PairRule
+	// Abort says whether legs carry a rid and given-up legs are aborted
+	// inside their engines, and how (proxy/abort.go).
+	Abort config.Abort
 }
 
 // Router serves the client-facing routes; cmd/pdlb/service builds one.
@@ -88,8 +91,11 @@ func New(o Options) *Router {
 	lim := o.Settings.Limits
 	r.admission = NewAdmission(lim.MaxConcurrentRequests, lim.QueueSize, lim.QueueTimeout)
 	r.proxy = proxy.New(o.Settings.Timeout, o.Log)
+	r.proxy.SetAbort(o.Settings.Abort)
+	r.proxy.SetAbortClock(r.clock.Now)
 	if o.Metrics != nil {
-		r.proxy.SetObserver(o.Metrics) // per-backend request and TTFT series
+		r.proxy.SetObserver(o.Metrics)      // per-backend request and TTFT series
+		r.proxy.SetAbortObserver(o.Metrics) // pdlb_aborts_total
 	}
 	r.settings.Store(newLiveSettings(o.Settings))
 	r.table = r.buildRoutes()
@@ -118,6 +124,7 @@ func (r *Router) Apply(s Settings) {
 	r.settings.Store(newLiveSettings(s))
 	r.pairs.setRule(s.Pairs)
 	r.proxy.SetTimeouts(s.Timeout)
+	r.proxy.SetAbort(s.Abort)
 	r.admission.SetLimits(s.Limits.MaxConcurrentRequests, s.Limits.QueueSize, s.Limits.QueueTimeout)
 }
 
@@ -140,7 +147,7 @@ func (r *Router) Settings() Settings { return r.cfg().Settings }
 // SettingsFrom picks the request path's settings out of a config.
 func SettingsFrom(cfg *config.Config) Settings {
 	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait, Policy: cfg.Policy,
-		Pairs: PairRule{Failures: cfg.Breaker.PairFailures, Window: cfg.Breaker.PairWindow, Cooldown: cfg.Breaker.PairCooldown}}
+		Pairs: PairRule{Failures: cfg.Breaker.PairFailures, Window: cfg.Breaker.PairWindow, Cooldown: cfg.Breaker.PairCooldown}, Abort: cfg.Abort}
 }
 
 // route is one entry of the route table.
@@ -214,6 +221,10 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	r.stop()
 	err := r.server.ShutdownWithContext(ctx)
 	if !r.waitStreams(ctx.Done()) && err == nil {
+		err = ctx.Err()
+	}
+	// The last aborts (each bounded by abort.timeout) go out before exit.
+	if !r.proxy.WaitAborts(ctx.Done()) && err == nil {
 		err = ctx.Err()
 	}
 	return err

@@ -26,8 +26,7 @@ import (
 //
 //	go test ./router -run '^$' -bench RequestTracing -benchmem -count 5
 func BenchmarkRequestTracing(b *testing.B) {
-	p := proxytest.NewEngine(b, proxytest.JSONAnswer(200, `{"text":"","meta_info":{}}`))
-	d := proxytest.NewEngine(b, proxytest.JSONAnswer(200, `{"text":"hello","meta_info":{"completion_tokens":1}}`))
+	p, d := benchEngines(b)
 	for _, tc := range []struct {
 		name  string
 		ratio float64 // < 0: tracing off
@@ -41,23 +40,36 @@ func BenchmarkRequestTracing(b *testing.B) {
 				tracer = tp.Tracer("pdlb")
 			}
 			l := startLBFull(b, []*proxytest.Engine{p}, []*proxytest.Engine{d}, Options{Log: zerolog.Nop(), Tracer: tracer})
-			var req fasthttp.Request
-			req.Header.SetMethod(fasthttp.MethodPost)
-			req.SetRequestURI("/generate")
-			req.Header.SetContentType("application/json")
-			req.SetBodyString(`{"text":"The quick brown fox jumps over the lazy dog","sampling_params":{"max_new_tokens":16}}`)
-			var ctx fasthttp.RequestCtx
-			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, nil)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				ctx.Response.Reset()
-				l.router.Handler(&ctx)
-				if ctx.Response.StatusCode() != 200 {
-					b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
-				}
-			}
+			benchGenerate(b, l, `{"text":"The quick brown fox jumps over the lazy dog","sampling_params":{"max_new_tokens":16}}`)
 		})
+	}
+}
+
+// benchEngines are a prefill and a decode that answer at once.
+func benchEngines(b *testing.B) (p, d *proxytest.Engine) {
+	p = proxytest.NewEngine(b, proxytest.JSONAnswer(200, `{"text":"","meta_info":{}}`))
+	d = proxytest.NewEngine(b, proxytest.JSONAnswer(200, `{"text":"hello","meta_info":{"completion_tokens":1}}`))
+	return p, d
+}
+
+// benchGenerate runs b.N non-streamed /generate requests with body through
+// l's handler (no client connection), each of them expected to be a 200.
+func benchGenerate(b *testing.B, l *lb, body string) {
+	var req fasthttp.Request
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("/generate")
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(body)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		ctx.Response.Reset()
+		l.router.Handler(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
 	}
 }
 

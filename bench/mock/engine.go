@@ -114,6 +114,9 @@ type Options struct {
 	// is closed abruptly: streams after half their events, plain requests
 	// before any answer (default 0).
 	DieMidStreamProb float64
+	// NoAbortRoute answers 404 to POST /abort_request, as an engine from
+	// before the route (or a server that is not SGLang) does (default false).
+	NoAbortRoute bool
 	// SlowStart answers 503 on /health, /health_generate and generation
 	// routes until that long after New (default 0).
 	SlowStart time.Duration

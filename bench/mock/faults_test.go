@@ -134,3 +134,40 @@ func TestSlowStart(t *testing.T) {
 		t.Errorf("/generate after start: %d", status)
 	}
 }
+
+// A batch's items are aborted by the names SGLang gives them: each of a
+// rid list, or "<rid>_<i>" for one rid string; any of them ends the batch.
+func TestAbortEndsBatchByItemRid(t *testing.T) {
+	for _, c := range []struct{ body, abort string }{
+		{`{"text":["a","b"],"rid":["x","y"],"bootstrap_room":1,"stream":true}`, "y"},
+		{`{"text":["a","b"],"rid":"z","bootstrap_room":1,"stream":true}`, "z_1"},
+	} {
+		e, url := startEngine(t, Options{TokenDelay: 10 * time.Millisecond, OutputLen: 10000})
+		r, _ := openStream(t, url+"/generate", c.body)
+		if _, err := readEvent(r); err != nil {
+			t.Fatal(err)
+		}
+		post(t, url+"/abort_request", `{"rid":"`+c.abort+`"}`)
+		for {
+			ev, err := readEvent(r)
+			if err != nil {
+				t.Fatalf("%s: stream broke instead of ending: %v", c.body, err)
+			}
+			if ev == "[DONE]" {
+				break
+			}
+		}
+		eventually(t, time.Second, "slot release", func() bool { return e.Stats().InFlight == 0 })
+	}
+}
+
+// NoAbortRoute: an engine without /abort_request answers 404 and records nothing.
+func TestNoAbortRoute(t *testing.T) {
+	e, url := startEngine(t, Options{NoAbortRoute: true})
+	if status, _ := post(t, url+"/abort_request", `{"rid":"r"}`); status != 404 {
+		t.Errorf("abort_request %d, want 404", status)
+	}
+	if got := e.Stats().Aborted; len(got) != 0 {
+		t.Errorf("Aborted %v", got)
+	}
+}

@@ -81,6 +81,10 @@ func (e *Engine) serveFlushCache(ctx *fasthttp.RequestCtx) {
 // serveAbort answers POST /abort_request {"rid": …}: it records the rid and
 // ends the in-flight request with that rid (queued, stalled or streaming).
 func (e *Engine) serveAbort(ctx *fasthttp.RequestCtx) {
+	if e.opts.NoAbortRoute {
+		ctx.Error(`{"detail":"Not Found"}`, fasthttp.StatusNotFound)
+		return
+	}
 	rid := gjson.GetBytes(ctx.PostBody(), "rid").String()
 	e.stats.addAborted(rid)
 	if rid != "" {

@@ -111,10 +111,10 @@ func (e *Engine) admitSteps(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 		}
 	}
 	r.Body = nil
-	a := &admitted{r: r, fault: e.drawFault(), abort: e.watchAbort(r.Rid)}
+	a := &admitted{r: r, fault: e.drawFault(), abort: e.watchAbort(r.abortRids())}
 	if a.fault == faultError {
 		e.stats.injected.Add(1)
-		e.unwatchAbort(r.Rid, a.abort)
+		e.unwatchAbort(r.abortRids(), a.abort)
 		e.reject(ctx, r, e.opts.ErrorStatus, "mock: injected error")
 		return nil
 	}
@@ -124,7 +124,7 @@ func (e *Engine) admitSteps(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 	if prefill {
 		e.observe(r)
 	} else if err := e.awaitKV(a); err != nil {
-		e.unwatchAbort(r.Rid, a.abort)
+		e.unwatchAbort(r.abortRids(), a.abort)
 		code, msg := statusOf(err)
 		e.reject(ctx, r, code, msg)
 		return nil
@@ -134,7 +134,7 @@ func (e *Engine) admitSteps(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 		a.tokens += int64(r.MaxTokens * r.Items)
 	}
 	if !e.sched.acquire(e.stopping(), a.abort, a.tokens) {
-		e.unwatchAbort(r.Rid, a.abort)
+		e.unwatchAbort(r.abortRids(), a.abort)
 		e.reject(ctx, r, fasthttp.StatusServiceUnavailable, "mock: request dropped while queued")
 		return nil
 	}
@@ -157,23 +157,37 @@ func (e *Engine) admitSteps(ctx *fasthttp.RequestCtx, r *Request) *admitted {
 // finish releases what admit took.
 func (e *Engine) finish(a *admitted) {
 	e.sched.release(a.tokens)
-	e.unwatchAbort(a.r.Rid, a.abort)
+	e.unwatchAbort(a.r.abortRids(), a.abort)
 }
 
-// watchAbort registers rid so /abort_request can end the request.
-func (e *Engine) watchAbort(rid string) chan struct{} {
+// abortRids are the rids /abort_request may name to end r.
+func (r *Request) abortRids() []string {
+	if len(r.ItemRids) > 0 {
+		return r.ItemRids
+	}
+	return []string{r.Rid}
+}
+
+// watchAbort registers rids so /abort_request can end the request. The
+// mock answers a batch as one piece of work: aborting any of its items
+// ends all of them (SGLang ends just that item).
+func (e *Engine) watchAbort(rids []string) chan struct{} {
 	ch := make(chan struct{})
 	e.abortMu.Lock()
-	e.aborts[rid] = ch
+	for _, rid := range rids {
+		e.aborts[rid] = ch
+	}
 	e.abortMu.Unlock()
 	return ch
 }
 
-// unwatchAbort forgets rid unless another request has taken it over since.
-func (e *Engine) unwatchAbort(rid string, ch chan struct{}) {
+// unwatchAbort forgets rids unless another request has taken them over since.
+func (e *Engine) unwatchAbort(rids []string, ch chan struct{}) {
 	e.abortMu.Lock()
-	if e.aborts[rid] == ch {
-		delete(e.aborts, rid)
+	for _, rid := range rids {
+		if e.aborts[rid] == ch {
+			delete(e.aborts, rid)
+		}
 	}
 	e.abortMu.Unlock()
 }
@@ -181,10 +195,15 @@ func (e *Engine) unwatchAbort(rid string, ch chan struct{}) {
 // abortRid ends the in-flight request with that rid, if any.
 func (e *Engine) abortRid(rid string) {
 	e.abortMu.Lock()
+	defer e.abortMu.Unlock()
 	ch, ok := e.aborts[rid]
 	delete(e.aborts, rid)
-	e.abortMu.Unlock()
-	if ok {
+	if !ok {
+		return
+	}
+	select {
+	case <-ch: // another item of the batch was aborted first
+	default:
 		close(ch)
 	}
 }

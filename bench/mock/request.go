@@ -15,7 +15,10 @@ type Request struct {
 	// Body is the raw request body; valid only while the hook runs.
 	Body []byte
 	// Rid is the request id (the client's `rid`, else one the engine made up).
-	Rid string
+	// ItemRids are its items' (SGLang's naming), which /abort_request
+	// takes; nil when the client sent none: then Rid.
+	Rid      string
+	ItemRids []string
 	// Stream is true for `"stream": true`.
 	Stream bool
 	// Items is the number of answers: batch items (/generate), prompts × n (OpenAI); at least 1.
@@ -93,6 +96,7 @@ func (e *Engine) parseGenerate(body []byte) (*Request, error) {
 	r.ReturnLogprob = pydanticBool(lastMember(root, "return_logprob"))
 	r.MaxTokens = e.maxTokens(root.Get("sampling_params.max_new_tokens"))
 	r.Rid = firstString(root.Get("rid"))
+	r.ItemRids = itemRids(root.Get("rid"), r.Items, r.Batch)
 	e.readBootstrap(r, root)
 	return r, nil
 }
@@ -149,6 +153,7 @@ func (e *Engine) parseOpenAI(path string, body []byte) (*Request, error) {
 	r.ReturnLogprob = root.Get("logprobs").Bool()
 	r.model = root.Get("model").String()
 	r.Rid = firstString(root.Get("rid"))
+	r.ItemRids = itemRids(root.Get("rid"), r.Items, r.Items > 1)
 	e.readBootstrap(r, root)
 	return r, nil
 }
@@ -285,6 +290,29 @@ func intList(v gjson.Result) []int32 {
 		return true
 	})
 	return ids
+}
+
+// itemRids names the items of a request as SGLang's _normalize_rid does:
+// a list gives each item its own, one string on a batch becomes
+// "<rid>_<i>"; nil when the client sent none.
+func itemRids(v gjson.Result, items int, batch bool) []string {
+	switch {
+	case v.IsArray():
+		var out []string
+		for _, x := range v.Array() {
+			out = append(out, x.String())
+		}
+		return out
+	case v.Type != gjson.String:
+		return nil
+	case !batch:
+		return []string{v.Str}
+	}
+	out := make([]string, items)
+	for i := range out {
+		out[i] = v.Str + "_" + strconv.Itoa(i)
+	}
+	return out
 }
 
 func firstString(v gjson.Result) string {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"os/exec"
 	"runtime"
@@ -41,7 +43,14 @@ func scrapeBusyLB(t *testing.T) string {
 	})
 	held, release := make(chan struct{}), make(chan struct{})
 	var kvFailed atomic.Bool
+	left := make(chan struct{}, 1)
 	good := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		if bytes.Contains(ctx.PostBody(), []byte("leave")) {
+			// Working on it until pdlb hangs up: its client left.
+			left <- struct{}{}
+			ctx.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
+			ctx.Conn().Read(make([]byte, 1))
+		}
 		if bytes.Contains(ctx.PostBody(), []byte("hold")) {
 			close(held)
 			<-release
@@ -67,6 +76,7 @@ func scrapeBusyLB(t *testing.T) string {
 		c.Health = config.Health{Interval: 10 * time.Millisecond, Timeout: time.Second, FailThreshold: 1 << 20, PassThreshold: 1}
 		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
 		c.Prefill = []config.Prefill{{URL: p1.URL, BootstrapPort: &port1}, {URL: p2.URL, BootstrapPort: &port2}}
+		c.Abort = config.Abort{Enabled: true, Timeout: time.Second, MaxInFlight: 8}
 	})
 	// Registered last, so it runs first: pdlb and the decode shut down only
 	// after the held request is let go, even when the test fails early.
@@ -99,6 +109,25 @@ func scrapeBusyLB(t *testing.T) string {
 	}
 	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"kvfail"}`); resp.StatusCode != 200 || !kvFailed.Load() {
 		t.Fatalf("a request whose first pair failed its KV transfer: %d %s", resp.StatusCode, body)
+	}
+	// A client that leaves while the decode works: pdlb aborts it there.
+	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const leave = `{"text":"leave"}`
+	fmt.Fprintf(c, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(leave), leave)
+	select {
+	case <-left:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leaving request did not reach the decode")
+	}
+	c.Close()
+	if !proxytest.WaitFor(5*time.Second, func() bool {
+		_, body := proxytest.Get(t, l.URL+"/metrics")
+		return strings.Contains(body, `pdlb_aborts_total{role="decode",reason="client_gone",result="ok"} 1`)
+	}) {
+		t.Fatal("no abort for the client that left")
 	}
 	// One request held in the only admission slot; the next one is refused.
 	var wg sync.WaitGroup
