@@ -199,6 +199,11 @@ type Engine struct {
 	srv    *fasthttp.Server
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
+	// lnMu guards listeners, what Serve was given: Shutdown closes them
+	// itself, since fasthttp's closes only those its Serve has taken (a
+	// Serve goroutine that had not run yet would serve for ever).
+	lnMu      sync.Mutex
+	listeners []net.Listener
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -292,6 +297,14 @@ func New(opts Options, log zerolog.Logger) *Engine {
 
 // Serve answers on ln until Shutdown; it may be called for several listeners.
 func (e *Engine) Serve(ln net.Listener) error {
+	e.lnMu.Lock()
+	if e.ctx.Err() != nil { // shut down already
+		e.lnMu.Unlock()
+		ln.Close()
+		return net.ErrClosed
+	}
+	e.listeners = append(e.listeners, ln)
+	e.lnMu.Unlock()
 	e.startRegistration(ln.Addr())
 	return e.srv.Serve(ln)
 }
@@ -300,10 +313,16 @@ func (e *Engine) Serve(ln net.Listener) error {
 // registration, stops the listeners and waits up to 5s for connections to
 // finish.
 func (e *Engine) Shutdown() error {
-	e.cancel()
+	e.lnMu.Lock()
+	e.cancel() // a Serve from now on closes its listener at once
+	lns := e.listeners
+	e.lnMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := e.srv.ShutdownWithContext(ctx)
+	for _, ln := range lns {
+		ln.Close() // closed already unless its Serve had not begun
+	}
 	e.kv.wg.Wait() // registration ends with e.ctx
 	return err
 }

@@ -280,6 +280,7 @@ func (c *Cluster) Shutdown() error {
 		if err := c.stats.Shutdown(); err != nil {
 			errs = append(errs, fmt.Errorf("sim: stats listener: %w", err))
 		}
+		c.statsL.Close() // fasthttp closes it only if its Serve had begun
 	}
 	c.wg.Wait()
 	return errors.Join(errs...)

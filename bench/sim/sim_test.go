@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -263,4 +264,27 @@ func getReport(t *testing.T, c *Cluster) Report {
 		t.Fatalf("GET /stats: %v: %s", err, body)
 	}
 	return r
+}
+
+// TestShutdownRightAfterStart: a cluster shut down before its engines'
+// Serve goroutines have run still stops (it hung: fasthttp's Shutdown
+// closes only the listeners its Serve has taken, and the late Serve then
+// served for ever while Shutdown waited for it).
+func TestShutdownRightAfterStart(t *testing.T) {
+	for range 30 {
+		c, err := Start(Options{TimeScale: 0.01}, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Shutdown() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Shutdown right after Start did not return")
+		}
+	}
 }
