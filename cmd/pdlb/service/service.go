@@ -37,6 +37,8 @@ type Service struct {
 	adminSv *fasthttp.Server
 	adminLn net.Listener
 	reg     *registryWiring
+	// tls holds the listeners' certificates (tls.go).
+	tls *serviceTLS
 	// tracing is the tracer provider; nil when tracing is off.
 	tracing *sdktrace.TracerProvider
 	// traceFlush bounds the export of queued spans at shutdown.
@@ -56,7 +58,11 @@ type Service struct {
 
 // New wires a Service; nothing listens until Start.
 func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
-	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout}
+	tlsSet, err := newServiceTLS(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout, tls: tlsSet}
 	var ready proxy.Readiness
 	if s.reg.dir != nil {
 		ready = s.reg.dir
@@ -116,6 +122,9 @@ func (s *Service) Start() error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
+	if s.tls.server != nil {
+		ln = s.tls.server.listen(ln)
+	}
 	s.ln = ln
 	go func() {
 		// A Shutdown that comes before this goroutine runs has closed ln:
@@ -124,7 +133,7 @@ func (s *Service) Start() error {
 			s.log.Error().Err(err).Msg("server stopped")
 		}
 	}()
-	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("pdlb listening")
+	s.log.Info().Str("addr", ln.Addr().String()).Bool("tls", s.tls.server != nil).Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("pdlb listening")
 	s.mu.Lock()
 	s.started = true
 	s.health.Start()
@@ -134,6 +143,7 @@ func (s *Service) Start() error {
 			return err
 		}
 	}
+	s.tls.startWatch()
 	return nil
 }
 
@@ -153,13 +163,16 @@ func (s *Service) startAdmin(c config.Admin) error {
 	if err != nil {
 		return fmt.Errorf("admin listen %s: %w", addr, err)
 	}
+	if s.tls.admin != nil {
+		ln = s.tls.admin.listen(ln)
+	}
 	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: debugLogger{s.log}}
 	s.adminLn = ln
 	go s.adminSv.Serve(ln)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopStatus = cancel
 	s.statusDone.Go(func() { s.status.sampler.run(ctx) })
-	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
+	s.log.Info().Str("addr", ln.Addr().String()).Bool("tls", s.tls.admin != nil).Msg("admin API listening")
 	return nil
 }
 
@@ -214,6 +227,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		s.statusDone.Wait()
 	}
 	s.admin.Close()
+	s.tls.close()
 	s.reg.shutdown(ctx)
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
