@@ -66,6 +66,11 @@ func TestValidateTLS(t *testing.T) {
 		}, "", ""},
 		{"upstream CA not PEM", func(c *config.Config) { c.UpstreamTLS.CAFile = garbage }, "upstream_tls.ca_file", "no PEM CERTIFICATE block"},
 		{"upstream cert without key", func(c *config.Config) { c.UpstreamTLS.CertFile = cert }, "upstream_tls.key_file", "required with upstream_tls.cert_file"},
+		{"upstream key without cert", func(c *config.Config) { c.UpstreamTLS.KeyFile = key }, "upstream_tls.cert_file", "required with upstream_tls.key_file"},
+		{"upstream CA unreadable", func(c *config.Config) { c.UpstreamTLS.CAFile = missing }, "upstream_tls.ca_file", "missing.pem: no such file"},
+		{"upstream client cert not PEM", func(c *config.Config) {
+			c.UpstreamTLS = config.UpstreamTLS{CertFile: garbage, KeyFile: key}
+		}, "upstream_tls.cert_file", "no PEM CERTIFICATE block"},
 		{"upstream key mismatch", func(c *config.Config) {
 			c.UpstreamTLS = config.UpstreamTLS{CertFile: cert, KeyFile: otherKey}
 		}, "upstream_tls.key_file", "does not match"},

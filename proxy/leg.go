@@ -153,6 +153,10 @@ func (l *leg) start(path string, body []byte, requestID string, extra []byte, de
 		if isStaleConn(err) && !reused {
 			return l.fail(KindConnect, err)
 		}
+		var herr *HandshakeError
+		if errors.As(err, &herr) {
+			return l.fail(KindConnect, err)
+		}
 		return l.fail(KindProtocol, err)
 	}
 }

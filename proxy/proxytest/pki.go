@@ -129,6 +129,16 @@ func (ca *CA) Issue(t testing.TB, name string, o CertOptions) *Cert {
 	return c
 }
 
+// ServerConfig is a server's TLS config presenting c; with clients set,
+// every client must present a certificate that CA signed (mTLS).
+func (c *Cert) ServerConfig(clients *CA) *tls.Config {
+	cfg := &tls.Config{Certificates: []tls.Certificate{c.Pair}, MinVersion: tls.VersionTLS12}
+	if clients != nil {
+		cfg.ClientCAs, cfg.ClientAuth = clients.Pool(), tls.RequireAndVerifyClientCert
+	}
+	return cfg
+}
+
 // Write puts the certificate and key into dir as name.crt and name.key
 // (replacing them, as an in-place rewrite does) and returns their paths.
 func (c *Cert) Write(t testing.TB, dir, name string) (certFile, keyFile string) {

@@ -2,24 +2,38 @@ package service
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/rs/zerolog"
 
 	"pdlb/config"
+	"pdlb/proxy"
 )
 
 // serviceTLS is every TLS setting a pdlb holds: its listeners' (nil when
-// plain) and the watch that reads their files again when they change.
+// plain), the upstream one every backend dials https:// engines with, and
+// the watch that reads their files again when they change.
 type serviceTLS struct {
 	server, admin *listenerTLS
-	log           zerolog.Logger
-	watch         *certWatch
+	// upstream is made even when no backend is https://: the admin API
+	// and reloads may add one, and it takes what is in force then.
+	upstream *proxy.UpstreamTLS
+	// upMu guards upFiles, the upstream_tls in force (the watch reads its
+	// files again).
+	upMu    sync.Mutex
+	upFiles config.UpstreamTLS
+	log     zerolog.Logger
+	watch   *certWatch
 }
 
 // newServiceTLS loads the TLS files cfg names; an error names the key.
 func newServiceTLS(cfg *config.Config, log zerolog.Logger) (*serviceTLS, error) {
-	t := &serviceTLS{log: log}
+	t := &serviceTLS{log: log, upFiles: cfg.UpstreamTLS}
 	var err error
+	if t.upstream, err = proxy.NewUpstreamTLS(cfg.UpstreamTLS); err != nil {
+		return nil, err
+	}
+	t.warnInsecure(cfg.UpstreamTLS)
 	if t.server, err = newListenerTLS("server.tls", "serving", cfg.Server.TLS, log); err != nil {
 		return nil, err
 	}
@@ -48,7 +62,19 @@ func (t *serviceTLS) files() []string {
 	for _, l := range t.listeners() {
 		out = append(out, l.files()...)
 	}
-	return out
+	t.upMu.Lock()
+	u := t.upFiles
+	t.upMu.Unlock()
+	return append(out, u.CAFile, u.CertFile, u.KeyFile)
+}
+
+// warnInsecure says, at every start and every reload that keeps it on,
+// that engines' certificates are not checked.
+func (t *serviceTLS) warnInsecure(u config.UpstreamTLS) {
+	if u.InsecureSkipVerify {
+		t.log.Warn().Str("key", "upstream_tls.insecure_skip_verify").
+			Msg("TLS to https:// backends does not verify their certificates: anyone on the path can read and change requests and answers; set upstream_tls.ca_file instead")
+	}
 }
 
 // startWatch reads the files again whenever their directories change.
@@ -67,11 +93,24 @@ func (t *serviceTLS) startWatch() {
 	w.watch(files)
 }
 
-// reloadFiles is the watch's reload: every listener reads its files again.
+// reloadFiles is the watch's reload: every listener, and upstream_tls,
+// reads its files again. Files that do not load keep what runs.
 func (t *serviceTLS) reloadFiles() {
 	for _, l := range t.listeners() {
 		l.reloadFiles()
 	}
+	t.upMu.Lock()
+	defer t.upMu.Unlock()
+	if t.upFiles == (config.UpstreamTLS{}) {
+		return
+	}
+	cfg, err := proxy.UpstreamTLSConfig(t.upFiles)
+	if err != nil {
+		t.log.Error().Err(err).Msg("upstream TLS files changed but do not load; new connections to https:// backends keep the running settings")
+		return
+	}
+	t.upstream.Set(cfg)
+	t.log.Info().Str("ca_file", t.upFiles.CAFile).Str("cert_file", t.upFiles.CertFile).Msg("upstream TLS files reloaded")
 }
 
 // prepare loads the TLS files a reloaded cfg names (the same files again
@@ -97,10 +136,19 @@ func (t *serviceTLS) prepare(cfg *config.Config) (commit func(), err error) {
 		}
 		steps = append(steps, step{x.l, st})
 	}
+	up, err := proxy.UpstreamTLSConfig(cfg.UpstreamTLS)
+	if err != nil {
+		return nil, err
+	}
 	return func() {
 		for _, s := range steps {
 			s.l.commit(s.st)
 		}
+		t.upMu.Lock()
+		t.upstream.Set(up)
+		t.upFiles = cfg.UpstreamTLS
+		t.upMu.Unlock()
+		t.warnInsecure(cfg.UpstreamTLS)
 		if t.watch != nil {
 			t.watch.watch(t.files())
 		}
