@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -174,6 +175,20 @@ func (c *tlsConn) Read(b []byte) (int, error) {
 		}
 	}
 	return c.Conn.Read(b)
+}
+
+// SyscallConn is the TCP socket's, so that the proxy's watch for a
+// client that left (proxy/watch_linux.go) covers TLS connections too: it
+// only peeks at the socket, never reads from it, so the TLS stream is
+// not disturbed. A client that closes with a close_notify alert shows the
+// watch data, not the end of the stream, and is noticed at the next write
+// (README "TLS").
+func (c *tlsConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.NetConn().(syscall.Conn)
+	if !ok {
+		return nil, errors.New("TLS connection over a non-socket")
+	}
+	return sc.SyscallConn()
 }
 
 // logFailure logs a failed handshake at warn (a wrong CA, an expired or

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
 	"pdlb/proxy/proxytest"
@@ -322,4 +323,39 @@ func TestAdminListenerTLS(t *testing.T) {
 	}
 	c.Close()
 	logLine(t, logs, "TLS handshake failed", `"listener":"admin"`, `"level":"debug"`, `"error":"EOF"`)
+}
+
+// TestTLSClientLeavingFreesBothLegs: a client of the TLS listener that
+// vanishes (its TCP connection closed, as when its process dies) while
+// both engines work on its request is noticed by the proxy's watch, which
+// peeks at the socket under the TLS connection, and both legs are cut.
+func TestTLSClientLeavingFreesBothLegs(t *testing.T) {
+	p := newPKI(t)
+	// Engines waiting for KV: each returns when pdlb closes its leg.
+	hang := func(ctx *fasthttp.RequestCtx) {
+		ctx.Conn().SetReadDeadline(time.Now().Add(10 * time.Second))
+		var b [1]byte
+		ctx.Conn().Read(b[:])
+	}
+	pe, de := proxytest.NewEngine(t, hang), proxytest.NewEngine(t, hang)
+	cfg := testConfig()
+	cfg.Prefill = []config.Prefill{{URL: pe.URL}}
+	cfg.Decode = []config.Decode{{URL: de.URL}}
+	cfg.Server.TLS = config.ListenerTLS{CertFile: p.certFile, KeyFile: p.keyFil}
+	svc := startService(t, &cfg, testLog(t))
+
+	c, err := tls.Dial("tcp", svc.Addr(), &tls.Config{RootCAs: p.ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"text":"hi"}`
+	c.Write([]byte("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+	if !proxytest.WaitFor(5*time.Second, func() bool { return pe.Count() > 0 && de.Count() > 0 }) {
+		t.Fatal("the request never reached both engines")
+	}
+	c.NetConn().Close() // gone without a close_notify
+	if !pe.WaitClosed(5*time.Second) || !de.WaitClosed(5*time.Second) {
+		t.Fatal("the legs were not cut after the TLS client vanished")
+	}
 }
