@@ -70,6 +70,11 @@ func TestHTTPSBackendsEndToEnd(t *testing.T) {
 	if resp.StatusCode != 200 || body != `{"text":"over TLS"}` {
 		t.Fatalf("JSON through https engines: %d %q", resp.StatusCode, body)
 	}
+	// A body larger than a TLS record (16 KiB) arrives whole.
+	long := strings.Repeat("word ", 60<<10)
+	if resp, body := post(t, svc, `{"text":"`+long+`"}`); resp.StatusCode != 200 || !bytes.Contains(d.LastBody(), []byte(long)) {
+		t.Fatalf("a 300 KiB prompt through https engines: %d %q; the decode got %d bytes", resp.StatusCode, body, len(d.LastBody()))
+	}
 	resp, body = post(t, svc, `{"text":"hi","stream":true}`)
 	want := "data: {\"text\":\"a\"}\n\ndata: {\"text\":\"ab\"}\n\ndata: {\"text\":\"abc\"}\n\ndata: [DONE]\n\n"
 	if resp.StatusCode != 200 || body != want {
