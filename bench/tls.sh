@@ -33,22 +33,7 @@ printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$OUT/serve
 openssl x509 -req -in "$OUT/server.csr" -CA "$OUT/ca.crt" -CAkey "$OUT/ca.key" -CAcreateserial \
   -days 1 -extfile "$OUT/server.ext" -out "$OUT/server.crt" 2>/dev/null
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-start() { # start NAME CMD… (background, log in $OUT/NAME.log, PID in NAME_pid)
-  local name=$1; shift
-  "$@" >"$OUT/$name.log" 2>&1 &
-  pids+=($!)
-  eval "${name}_pid=$!"
-}
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing answers on port $1" >&2; exit 1
-}
+. bench/procs.sh
 serve() { # serve PORT [--set …]
   local port=$1; shift
   exec "$OUT/pdlb" serve --prefill "http://127.0.0.1:$PREFILL_PORT" none --decode "http://127.0.0.1:$DECODE_PORT" \
