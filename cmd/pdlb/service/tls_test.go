@@ -359,3 +359,43 @@ func TestTLSClientLeavingFreesBothLegs(t *testing.T) {
 		t.Fatal("the legs were not cut after the TLS client vanished")
 	}
 }
+
+// TestReloadRereadsSameFiles is what SIGHUP does when the files changed
+// but the config did not: a reload of the same config reads the
+// listener's pair and upstream_tls's CA again. The file watch is stopped
+// first, so only the reload can have read them.
+func TestReloadRereadsSameFiles(t *testing.T) {
+	p := newPKI(t)
+	engineCA := proxytest.NewCA(t, "engines CA")
+	upCA := filepath.Join(p.dir, "upstream-ca.crt")
+	proxytest.WriteFile(t, upCA, p.ca.PEM) // not the engines' CA yet
+	de := proxytest.NewTLSEngine(t, engineCA.Issue(t, "engine", proxytest.CertOptions{}).ServerConfig(nil), proxytest.JSONAnswer(200, `{"text":"hi"}`))
+	logs := &proxytest.SyncBuffer{}
+	svc, base := tlsLB(t, p, logs, func(c *config.Config) {
+		c.Decode = []config.Decode{{URL: de.URL}}
+		c.UpstreamTLS.CAFile = upCA
+	})
+	svc.tls.watch.close()
+	svc.tls.watch = nil
+
+	if resp, err := generate(p.client(), base); err != nil || resp.StatusCode != 502 {
+		t.Fatalf("an engine whose CA is not trusted yet: %v %v", resp, err)
+	}
+	renewed := p.ca.Issue(t, "pdlb renewed", proxytest.CertOptions{})
+	renewed.Write(t, p.dir, "server")
+	proxytest.WriteFile(t, upCA, engineCA.PEM)
+	if got := servedSerial(t, svc.Addr(), p); got.Cmp(p.server.Leaf.SerialNumber) != 0 {
+		t.Fatal("the files were read again without a reload")
+	}
+
+	same := *svc.Config()
+	if err := svc.Apply(&same); err != nil {
+		t.Fatal(err)
+	}
+	if got := servedSerial(t, svc.Addr(), p); got.Cmp(renewed.Leaf.SerialNumber) != 0 {
+		t.Fatal("a reload of the same config did not read the rewritten pair")
+	}
+	if resp, err := generate(p.client(), base); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a reload of the same config did not read the rewritten upstream CA: %v %v", resp, err)
+	}
+}
