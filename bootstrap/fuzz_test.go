@@ -68,7 +68,7 @@ func FuzzRouteHandlers(f *testing.F) {
 		ranks := func() map[rankKey]RankInfo {
 			ns.mu.RLock()
 			defer ns.mu.RUnlock()
-			return maps.Clone(ns.ranks)
+			return maps.Clone(ns.st.ranks)
 		}
 		before, registered := ranks(), ns.state.registered.Load()
 		serve := func(method, uri string, body []byte) *fasthttp.RequestCtx {

@@ -29,9 +29,17 @@ func (ri RankInfo) addr() string { return net.JoinHostPort(ri.RankIP, strconv.It
 type Namespace struct {
 	port int
 
-	mu    sync.RWMutex
-	topo  *topology
-	ranks map[rankKey]RankInfo
+	mu sync.RWMutex
+	st NamespaceState
+	// rev is the store revision st was read at (0 without a store): states
+	// arrive both from this replica's own writes and from the watch, and an
+	// older one must not replace a newer one.
+	rev int64
+
+	// gen counts changes (registrations, loads, resets), so
+	// bootstrap.forget_after can tell a namespace written since a prefill
+	// was lost from one left as it was.
+	gen atomic.Uint64
 
 	// Read without the lock by the request path and the GET handlers.
 	state *readiness
@@ -54,51 +62,67 @@ type snapshot struct {
 }
 
 func newNamespace(port int, dp *dpRankTable) *Namespace {
-	return &Namespace{port: port, ranks: map[rankKey]RankInfo{}, state: newReadiness(), dp: dp}
+	return &Namespace{port: port, st: NamespaceState{ranks: map[rankKey]RankInfo{}}, state: newReadiness(), dp: dp}
 }
 
 // Port is the bootstrap port that names this namespace.
 func (ns *Namespace) Port() int { return ns.port }
 
-// register stores one rank. All checks run before anything changes, so a
-// rejected PUT leaves no trace. It returns the registration the rank
-// replaced (nil for a new rank) and whether this PUT made the namespace
-// ready.
-//
-// Unless mayMove, a rank registered at one rank_ip is not re-registered at
-// another (*moveError): in an open registry anyone who can reach the port
-// could otherwise point decodes at a host of their choosing to pull KV
-// from. A new rank_port on the same host is a rank restarted in place
-// (SGLang binds a random ZMQ port per start) and is taken.
+// register stores one rank (see NamespaceState.register): it returns the
+// registration the rank replaced (nil for a new rank) and whether this
+// registration made the namespace ready.
 func (ns *Namespace) register(r *registration, mayMove bool) (prev *RankInfo, becameReady bool, err error) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	if old, ok := ns.ranks[r.key]; ok {
-		if !mayMove && !sameHost(old.RankIP, r.rank.RankIP) {
-			return nil, false, &moveError{key: r.key, from: old, to: r.rank}
-		}
-		prev = &old
+	if prev, err = ns.st.register(r, mayMove); err != nil {
+		return nil, false, err
 	}
-	if t := ns.topo; t != nil {
-		if err := t.contradiction(&r.topo); err != nil {
-			return nil, false, err
-		}
-		t.absorb(&r.topo)
+	return prev, ns.publish(), nil
+}
+
+// load replaces the namespace's state with st, read from a store at rev;
+// nil st is an empty namespace (reset: the DP-rank entries go too). A
+// state older than the one held is ignored. It reports whether the
+// namespace became ready.
+func (ns *Namespace) load(st *NamespaceState, rev int64) (becameReady bool) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if rev != 0 && rev <= ns.rev {
+		return false
+	}
+	ns.rev = rev
+	if st == nil {
+		ns.st = NamespaceState{ranks: map[rankKey]RankInfo{}}
+		ns.dp.clear()
 	} else {
-		t := r.topo
-		ns.topo = &t
+		ns.st = *st.clone()
 	}
-	ns.ranks[r.key] = r.rank
-	n, want := len(ns.ranks), ns.topo.ranks()
+	return ns.publish()
+}
+
+// publish makes the state under ns.mu visible to the lock-free readers:
+// counts, then the snapshot and readiness. The snapshot is rebuilt on
+// every change once ready: page_size/kv_cache_dtype may still go from null
+// to a value through a re-registration.
+func (ns *Namespace) publish() (becameReady bool) {
+	ns.gen.Add(1)
+	n, want := ns.st.counts()
 	ns.state.setCounts(n, want)
-	if n == want {
-		// Rebuilt on every PUT once ready: page_size/kv_cache_dtype may still
-		// go from null to a value through a re-registration.
-		snap := newSnapshot(ns.topo)
-		ns.snap.Store(snap)
-		becameReady = ns.state.setReady(&snap.info)
+	if want == 0 || n != want {
+		ns.snap.Store(nil)
+		ns.state.setNotReady()
+		return false
 	}
-	return prev, becameReady, nil
+	snap := newSnapshot(ns.st.topo)
+	ns.snap.Store(snap)
+	return ns.state.setReady(&snap.info)
+}
+
+// stored returns a copy of the state and its store revision.
+func (ns *Namespace) stored() (*NamespaceState, int64) {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	return ns.st.clone(), ns.rev
 }
 
 // sameHost compares two rank_ip values as hosts: IP addresses by value, so
@@ -175,7 +199,7 @@ func newSnapshot(t *topology) *snapshot {
 func (ns *Namespace) lookup(k rankKey) (RankInfo, bool) {
 	ns.mu.RLock()
 	defer ns.mu.RUnlock()
-	ri, ok := ns.ranks[k]
+	ri, ok := ns.st.ranks[k]
 	return ri, ok
 }
 
@@ -184,12 +208,9 @@ func (ns *Namespace) lookup(k rankKey) (RankInfo, bool) {
 func (ns *Namespace) reset() int {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	n := len(ns.ranks)
-	ns.topo = nil
-	ns.ranks = map[rankKey]RankInfo{}
-	ns.snap.Store(nil)
-	ns.state.setNotReady()
-	ns.state.setCounts(0, 0)
+	n := len(ns.st.ranks)
+	ns.st = NamespaceState{ranks: map[rankKey]RankInfo{}}
 	ns.dp.clear()
+	ns.publish()
 	return n
 }

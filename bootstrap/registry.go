@@ -26,6 +26,8 @@ type Registry struct {
 	sources sourceList
 
 	spaces pdlb.CopyOnWrite[map[int]*Namespace]
+	// shared is nil for a registry of its own (one pdlb); see SetStore.
+	shared *shared
 
 	// Observe, when set before serving, is told every answered request
 	// (metrics: bootstrap requests by route and status; path is the route,
@@ -44,23 +46,43 @@ func NewRegistry(cfg config.Bootstrap, log zerolog.Logger, clock pdlb.Clock) *Re
 // AddNamespace creates the namespace for a bootstrap port; a no-op when it
 // exists (its registrations are kept).
 func (r *Registry) AddNamespace(port int) {
+	var added *Namespace
 	r.spaces.Update(func(m map[int]*Namespace) (map[int]*Namespace, bool) {
 		if _, ok := m[port]; ok {
 			return m, false
 		}
-		return pdlb.WithKey(m, port, newNamespace(port, newDPRankTable(r.cfg.DPRankTTL, r.clock.Now))), true
+		added = newNamespace(port, newDPRankTable(r.cfg.DPRankTTL, r.clock.Now))
+		return pdlb.WithKey(m, port, added), true
 	})
+	if added != nil && r.shared != nil {
+		r.adopt(added)
+	}
 }
 
 // RemoveNamespace drops a bootstrap port and everything registered on it.
 // Its server, if any, then answers 404 to everything.
+//
+// With a store only this replica forgets it: what is stored stays (other
+// replicas may still serve that prefill) and comes back if the port is
+// added again.
 func (r *Registry) RemoveNamespace(port int) {
+	var removed *Namespace
 	r.spaces.Update(func(m map[int]*Namespace) (map[int]*Namespace, bool) {
-		if _, ok := m[port]; !ok {
+		ns, ok := m[port]
+		if !ok {
 			return m, false
 		}
+		removed = ns
 		return pdlb.WithoutKey(m, port), true
 	})
+	if removed != nil && r.shared != nil {
+		st, rev := removed.stored()
+		r.shared.mu.Lock()
+		if p, ok := r.shared.pending[port]; !ok || rev > p.rev {
+			r.shared.pending[port] = pendingState{st, rev}
+		}
+		r.shared.mu.Unlock()
+	}
 }
 
 func (r *Registry) namespace(port int) *Namespace { return r.spaces.Load()[port] }

@@ -21,7 +21,11 @@ func (r *Registry) handlePutRoute(ns *Namespace, ctx *fasthttp.RequestCtx, w wri
 	if err == nil && reg != nil {
 		var prev *RankInfo
 		var becameReady bool
-		prev, becameReady, err = ns.register(reg, w.vouched)
+		if r.shared != nil {
+			prev, becameReady, err = r.registerShared(ns, reg, w.vouched)
+		} else {
+			prev, becameReady, err = ns.register(reg, w.vouched)
+		}
 		if err == nil {
 			r.logRegistration(ns, reg, prev, becameReady, w)
 		}
@@ -29,6 +33,8 @@ func (r *Registry) handlePutRoute(ns *Namespace, ctx *fasthttp.RequestCtx, w wri
 	var fe *fieldError
 	var me *moveError
 	switch {
+	case errors.Is(err, ErrStoreUnavailable):
+		r.storeUnavailable(ctx, ns, "PUT /route", w, err)
 	case errors.As(err, &fe):
 		r.log.Warn().Int("bootstrap_port", ns.port).Str("field", fe.Field).Str("peer", peerText(w.peer)).
 			Msg("rejected prefill registration: " + fe.Msg)
@@ -83,10 +89,29 @@ func (r *Registry) handleDeleteRoute(ns *Namespace, ctx *fasthttp.RequestCtx, w 
 				"a namespace is reset only from a loopback peer (on the registry's own machine)")
 		return
 	}
-	n := ns.reset()
+	var n int
+	if r.shared != nil {
+		var err error
+		if n, err = r.resetShared(ns); err != nil {
+			r.storeUnavailable(ctx, ns, "DELETE /route", w, err)
+			return
+		}
+	} else {
+		n = ns.reset()
+	}
 	r.log.Info().Int("bootstrap_port", ns.port).Int("dropped_ranks", n).Str("peer", peerText(w.peer)).
 		Msg("bootstrap namespace reset by DELETE /route")
 	textOK(ctx)
+}
+
+// storeUnavailable answers a write the shared store did not take: 503 with
+// Retry-After, so the registrant tries again (SGLang's registration client
+// retries non-200 answers) and nothing is answered 200 that another
+// replica would not know.
+func (r *Registry) storeUnavailable(ctx *fasthttp.RequestCtx, ns *Namespace, what string, w writer, err error) {
+	r.log.Warn().Int("bootstrap_port", ns.port).Str("peer", peerText(w.peer)).Err(err).
+		Msg(what + " not taken: the shared registry store (etcd) did not answer in time")
+	pdlb.SetUnavailable(&ctx.Response, 1, what+" not stored: "+err.Error())
 }
 
 // handleGetRoute serves GET /route in every supported era (see queryForms):

@@ -22,6 +22,7 @@ type Config struct {
 	Metrics   Metrics   `koanf:"metrics"`
 	Policy    Policy    `koanf:"policy"`
 	Tracing   Tracing   `koanf:"tracing"`
+	Cluster   Cluster   `koanf:"cluster"`
 
 	// UpstreamTLS is how pdlb speaks to https:// backends.
 	UpstreamTLS UpstreamTLS `koanf:"upstream_tls"`
@@ -181,6 +182,15 @@ type Bootstrap struct {
 	// `pdlb serve` polls registries instead, poll_interval). Default 20 × 1s.
 	LookupAttempts int           `koanf:"lookup_attempts"`
 	LookupInterval time.Duration `koanf:"lookup_interval"`
+	// ForgetAfter resets a prefill's embedded registry namespace (as DELETE
+	// /route does) once its health checks have failed without a pass for
+	// this long, on this pdlb and, with cluster.etcd, on every live
+	// replica; a prefill restarted after that may then register another
+	// topology. Stock SGLang prefills register only at start-up, so one
+	// that was merely unreachable this long stays unregistered until it
+	// restarts: set it above the longest outage a prefill survives without
+	// restarting. Needs health.interval > 0; 0 never forgets. Default 0.
+	ForgetAfter time.Duration `koanf:"forget_after"`
 }
 
 // Breaker configures one circuit breaker per backend.
@@ -376,4 +386,45 @@ type Tracing struct {
 	// they replace OTEL_EXPORTER_OTLP_HEADERS. From the environment or
 	// --set: "name=value,name2=value2". Default {}.
 	Headers map[string]string `koanf:"headers"`
+}
+
+// Cluster lets several pdlb replicas share the embedded registry and the
+// workers added through the admin API.
+type Cluster struct {
+	// Etcd is where the shared state lives.
+	Etcd Etcd `koanf:"etcd"`
+}
+
+// Etcd configures the etcd cluster replicas share their state through.
+// With no endpoints pdlb is one instance and never contacts etcd.
+type Etcd struct {
+	// Endpoints are the etcd members' client URLs ("http://10.0.0.5:2379",
+	// https for TLS); empty means one instance, state in memory. From the
+	// environment or --set: comma-separated. Default [] (no etcd).
+	Endpoints []string `koanf:"endpoints"`
+	// Prefix is put in front of every key pdlb writes, so several pdlb
+	// clusters (or other users) can share one etcd. Default "/pdlb/".
+	Prefix string `koanf:"prefix"`
+	// DialTimeout bounds connecting to an etcd member. Default 5s.
+	DialTimeout time.Duration `koanf:"dial_timeout"`
+	// RequestTimeout bounds one write (a registration, an admin change)
+	// before its client gets a 503. Default 3s.
+	RequestTimeout time.Duration `koanf:"request_timeout"`
+	// LeaseTTL is how long a replica that stopped talking to etcd still
+	// counts as live (for bootstrap.forget_after's vote); at least 2s.
+	// Default 10s.
+	LeaseTTL time.Duration `koanf:"lease_ttl"`
+	// Username authenticates to etcd (its auth enabled); empty: no
+	// authentication. Default "".
+	Username string `koanf:"username"`
+	// Password goes with Username. Default "".
+	Password string `koanf:"password"`
+	// CAFile verifies the members' certificates (PEM); empty: the system's
+	// roots. Default "".
+	CAFile string `koanf:"ca_file"`
+	// CertFile is this replica's client certificate (PEM), for members
+	// that require one; with KeyFile, or neither. Default "".
+	CertFile string `koanf:"cert_file"`
+	// KeyFile is CertFile's private key (PEM). Default "".
+	KeyFile string `koanf:"key_file"`
 }

@@ -81,5 +81,12 @@ func Default() Config {
 			},
 		},
 		Tracing: Tracing{SampleRatio: 1, ServiceName: "pdlb", Headers: map[string]string{}},
+		Cluster: Cluster{Etcd: Etcd{
+			Endpoints:      []string{},
+			Prefix:         "/pdlb/",
+			DialTimeout:    5 * time.Second,
+			RequestTimeout: 3 * time.Second,
+			LeaseTTL:       10 * time.Second,
+		}},
 	}
 }

@@ -33,6 +33,7 @@ func (c *Config) Validate() error {
 		c.checkPolicy,
 		c.checkCacheAware,
 		c.checkTracing,
+		c.checkCluster,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -161,6 +162,9 @@ func (c *Config) checkBootstrap() *Error {
 	}
 	if b.LookupAttempts < 1 {
 		return errorf("bootstrap.lookup_attempts", fmt.Sprintf("%d must be at least 1", b.LookupAttempts))
+	}
+	if b.ForgetAfter > 0 && c.Health.Interval == 0 {
+		return errorf("bootstrap.forget_after", "needs health checks (health.interval > 0): they decide that a prefill is gone")
 	}
 	if b.Mode == "external" && b.PollInterval <= 0 {
 		return errorf("bootstrap.poll_interval", "must be positive in external mode")

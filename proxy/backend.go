@@ -66,6 +66,10 @@ type Backend struct {
 	draining   atomic.Bool
 	// unhealthy is set by active health checks.
 	unhealthy atomic.Bool
+	// observed is the LegObserver's state for this backend (router: its
+	// metric series), kept here so each leg finds it with one load rather
+	// than a map lookup hashing the URL.
+	observed atomic.Value
 }
 
 // NewBackend parses rawURL (config.ParseBackendURL) and prepares the
@@ -189,6 +193,13 @@ func (b *Backend) Draining() bool { return b.draining.Load() }
 
 // Drain stops new requests to the backend; in-flight ones finish.
 func (b *Backend) Drain() { b.draining.Store(true) }
+
+// Observed returns what SetObserved stored for b (nil before).
+func (b *Backend) Observed() any { return b.observed.Load() }
+
+// SetObserved keeps a LegObserver's state for b; it must store values of
+// one type.
+func (b *Backend) SetObserved(v any) { b.observed.Store(v) }
 
 // Undrain lets a draining backend take new requests again (the admin API
 // puts it back into the pool first).

@@ -43,7 +43,8 @@ type backendKey struct {
 // backendSeries are one backend's request-path series, updated lock-free
 // by the legs' goroutines and read at scrape time and by the status page.
 type backendSeries struct {
-	labels  string // {role="…",url="…"}
+	owner   *Metrics // whose series these are (see seriesOf)
+	labels  string   // {role="…",url="…"}
 	results [numResults]atomic.Uint64
 	ttft    durationHistogram
 }
@@ -51,13 +52,25 @@ type backendSeries struct {
 // LegAnswered records b's answer time in pdlb_backend_ttft_seconds
 // (proxy.LegObserver).
 func (m *Metrics) LegAnswered(b *proxy.Backend, d time.Duration) {
-	m.backend(b.Role, b.URL).ttft.observe(d)
+	m.seriesOf(b).ttft.observe(d)
 }
 
 // LegDone counts b's leg in pdlb_backend_requests_total by its result
 // (proxy.LegObserver).
 func (m *Metrics) LegDone(b *proxy.Backend, err *proxy.UpstreamError) {
-	m.backend(b.Role, b.URL).results[legResult(err)].Add(1)
+	m.seriesOf(b).results[legResult(err)].Add(1)
+}
+
+// seriesOf returns b's series: cached on b after its first leg, so a leg
+// costs a pointer load, not a map lookup (which hashed the URL: about 1,400
+// instructions per request, measured with callgrind).
+func (m *Metrics) seriesOf(b *proxy.Backend) *backendSeries {
+	if s, ok := b.Observed().(*backendSeries); ok && s.owner == m {
+		return s
+	}
+	s := m.backend(b.Role, b.URL)
+	b.SetObserved(s)
+	return s
 }
 
 func legResult(err *proxy.UpstreamError) int {
@@ -78,7 +91,7 @@ func (m *Metrics) backend(role proxy.Role, url string) *backendSeries {
 	k := backendKey{role, url}
 	s, ok := m.backends.Load(k)
 	if !ok {
-		s, _ = m.backends.LoadOrStore(k, &backendSeries{labels: `{role="` + role.String() + `",url=` + strconv.Quote(url) + `}`})
+		s, _ = m.backends.LoadOrStore(k, &backendSeries{owner: m, labels: `{role="` + role.String() + `",url=` + strconv.Quote(url) + `}`})
 	}
 	return s.(*backendSeries)
 }

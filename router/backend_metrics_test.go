@@ -72,6 +72,25 @@ func TestBackendSeries(t *testing.T) {
 	}
 }
 
+// TestBackendSeriesPerMetrics: the series cached on a backend belong to
+// the Metrics that made them; a second Metrics (another router over the
+// same backends) keeps its own counts.
+func TestBackendSeriesPerMetrics(t *testing.T) {
+	a, b := NewMetrics(nil), NewMetrics(nil)
+	d := testBackend(t, "http://d:1", proxy.Decode)
+	a.LegDone(d, nil)
+	b.LegDone(d, nil)
+	b.LegDone(d, nil)
+	a.LegDone(d, nil)
+	a.LegDone(d, nil)
+	if got := a.Backend(proxy.Decode, d.URL).Results[ResultOK]; got != 3 {
+		t.Errorf("first Metrics counted %d legs, want 3", got)
+	}
+	if got := b.Backend(proxy.Decode, d.URL).Results[ResultOK]; got != 2 {
+		t.Errorf("second Metrics counted %d legs, want 2", got)
+	}
+}
+
 // TestLegMetricsAllocateNothing: once a backend has had a leg, recording
 // its legs allocates nothing.
 func TestLegMetricsAllocateNothing(t *testing.T) {

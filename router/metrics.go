@@ -321,6 +321,8 @@ var families = map[string]family{
 	"pdlb_registry_ranks_registered": {typeGauge, "Prefill ranks registered in the prefill's bootstrap namespace."},
 	"pdlb_registry_ranks_expected":   {typeGauge, "Prefill ranks the prefill's bootstrap namespace expects; 0 until the first rank tells the topology."},
 	"pdlb_bootstrap_requests_total":  {typeCounter, "Requests answered by the embedded bootstrap registry, by route (\"other\" for unknown paths) and HTTP status."},
+	// Shared state of several replicas (cmd/pdlb/service/cluster.go), only with cluster.etcd.endpoints.
+	"pdlb_cluster_store_up": {typeGauge, "1 while etcd answers this replica's probe (once a second), else 0; meanwhile the registry and workers are served from the last copy and writes answer 503."},
 	// Admission control (Metrics.observeAdmission; request.go: admit).
 	"pdlb_admission_in_flight":     {typeGauge, "Requests admitted by admission control and not yet finished."},
 	"pdlb_admission_queued":        {typeGauge, "Requests waiting in the admission queue."},

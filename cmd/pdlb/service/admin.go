@@ -56,6 +56,12 @@ type Admin struct {
 	// OnDrained, when set before serving, is told when a drained backend's
 	// last request is done (the Service then retires its registry namespace).
 	OnDrained func(*proxy.Backend)
+
+	// Shared, when set before serving (cluster.etcd), stores every addition
+	// and removal for the other replicas before it is answered; Timeout
+	// bounds that write.
+	Shared  WorkerStore
+	Timeout time.Duration
 }
 
 // NewAdmin builds the admin API; apiKey "" leaves it open (bind it to
@@ -212,6 +218,9 @@ func (a *Admin) add(ctx *fasthttp.RequestCtx) {
 		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "url: "+err.Error())
 		return
 	}
+	if a.Shared != nil && !a.share(ctx, b, req) {
+		return
+	}
 	a.pool.Add(b)
 	a.forgetDrained(b.Key())
 	a.log.Info().Str("backend", b.URL).Str("role", b.Role.String()).Msg("worker added via admin API")
@@ -227,8 +236,19 @@ func (a *Admin) remove(ctx *fasthttp.RequestCtx) {
 		pdlb.WriteError(ctx, fasthttp.StatusBadRequest, pdlb.ErrInvalidRequest, "url: query parameter required (DELETE /workers?url=http://host:port)")
 		return
 	}
+	shared := false
+	if a.Shared != nil {
+		var ok bool
+		if shared, ok = a.unshare(ctx, raw); !ok {
+			return
+		}
+	}
 	b := a.pool.Find(raw)
 	if b == nil || !a.Drain(b) {
+		if shared { // another replica's addition, not (yet) known here
+			pdlb.WriteJSON(ctx, fasthttp.StatusAccepted, Worker{URL: raw, Draining: true})
+			return
+		}
 		pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "url: no worker "+raw)
 		return
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"pdlb/bootstrap/etcdstore/etcdtest"
 	"pdlb/config"
 	"pdlb/proxy/proxytest"
 	"pdlb/router"
@@ -47,7 +48,12 @@ func scrapeBusyLB(t *testing.T) string {
 		proxytest.JSONAnswer(200, `{"ok":true}`)(ctx)
 	})
 	port1, port2 := freePort(t), freePort(t)
+	// A replica of a cluster, so pdlb_cluster_store_up is written too (and
+	// the registrations below go through etcd).
+	etcd := etcdtest.Start(t, "127.0.0.1")
 	l := startLB(t, nil, []*proxytest.Engine{bad, good}, func(c *config.Config) {
+		c.Cluster.Etcd = config.Default().Cluster.Etcd
+		c.Cluster.Etcd.Endpoints = []string{etcd.Endpoint()}
 		c.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 1, OpenTimeout: time.Minute, HalfOpenMaxRequests: 1, Window: time.Minute}
 		c.Retry.MaxAttempts = 3
 		c.Limits.MaxConcurrentRequests, c.Limits.QueueSize, c.Limits.QueueTimeout = 1, 0, time.Second
@@ -102,9 +108,9 @@ func scrapeBusyLB(t *testing.T) string {
 	var body string
 	if !proxytest.WaitFor(5*time.Second, func() bool {
 		_, body = proxytest.Get(t, l.URL+"/metrics")
-		return strings.Contains(body, `result="ok"`) && strings.Contains(body, `result="fail"`)
+		return strings.Contains(body, `result="ok"`) && strings.Contains(body, `result="fail"`) && strings.Contains(body, "pdlb_cluster_store_up 1")
 	}) {
-		t.Fatal("no ok and fail health-check results in /metrics")
+		t.Fatal("no ok and fail health-check results, or etcd not up, in /metrics")
 	}
 	return body
 }

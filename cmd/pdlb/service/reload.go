@@ -1,6 +1,7 @@
 package service
 
 import (
+	"reflect"
 	"slices"
 
 	"pdlb/config"
@@ -110,7 +111,7 @@ func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, mov
 	}
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
-			if !want[b] {
+			if !want[b] && !s.cluster.holds(b.URL) { // etcd's workers are not the file's to remove
 				removed = append(removed, b)
 			}
 		}
@@ -165,6 +166,9 @@ func keepStartupOnly(old, next *config.Config) []string {
 	keep("bootstrap.extended_sentinel", ob.ExtendedSentinel != nb.ExtendedSentinel, func() { nb.ExtendedSentinel = ob.ExtendedSentinel })
 	keep("bootstrap.dp_rank_ttl", ob.DPRankTTL != nb.DPRankTTL, func() { nb.DPRankTTL = ob.DPRankTTL })
 	keep("bootstrap.poll_interval", ob.PollInterval != nb.PollInterval, func() { nb.PollInterval = ob.PollInterval })
+	keep("bootstrap.forget_after", ob.ForgetAfter != nb.ForgetAfter, func() { nb.ForgetAfter = ob.ForgetAfter })
+	// The etcd connection, its prefix and this replica's lease are made once.
+	keep("cluster.etcd", !reflect.DeepEqual(old.Cluster, next.Cluster), func() { next.Cluster = old.Cluster })
 	keep("tracing", !sameTracing(old.Tracing, next.Tracing), func() { next.Tracing = old.Tracing })
 	return kept
 }

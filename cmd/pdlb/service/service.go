@@ -21,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"pdlb"
+	"pdlb/bootstrap/etcdstore"
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/router"
@@ -37,8 +38,10 @@ type Service struct {
 	adminSv *fasthttp.Server
 	adminLn net.Listener
 	reg     *registryWiring
-	// tls holds the listeners' certificates (tls.go).
-	tls *serviceTLS
+	// tls holds the listeners' certificates and upstream_tls (tls_reload.go).
+	tls     *serviceTLS
+	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
+	forget  *forgetter     // nil unless bootstrap.forget_after (embedded mode)
 	// tracing is the tracer provider; nil when tracing is off.
 	tracing *sdktrace.TracerProvider
 	// traceFlush bounds the export of queued spans at shutdown.
@@ -57,12 +60,20 @@ type Service struct {
 }
 
 // New wires a Service; nothing listens until Start.
-func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
+func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
 	tlsSet, err := newServiceTLS(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout, tls: tlsSet}
+	if s.cluster, err = newClusterWiring(cfg, s.reg, log); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.cluster.shutdown() // the etcd client's connections
+		}
+	}()
 	var ready proxy.Readiness
 	if s.reg.dir != nil {
 		ready = s.reg.dir
@@ -70,6 +81,7 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 	s.Pool = proxy.NewPool(ready)
 	s.Metrics = router.NewMetrics(s.Pool)
 	s.reg.observe(s.Metrics, s.Pool)
+	s.cluster.observe(s.Metrics)
 	for _, p := range cfg.Prefill {
 		b, err := s.NewBackend(p.URL, proxy.Prefill, p.BootstrapPort)
 		if err != nil {
@@ -100,9 +112,20 @@ func New(cfg *config.Config, log zerolog.Logger) (*Service, error) {
 		ro.Tracer = tp.Tracer("pdlb")
 	}
 	s.Router = router.New(ro)
+	if cfg.Bootstrap.ForgetAfter > 0 && s.reg.registry != nil {
+		var replica *etcdstore.Replica
+		timeout := config.Default().Cluster.Etcd.RequestTimeout
+		if s.cluster != nil {
+			replica, timeout = s.cluster.replica, cfg.Cluster.Etcd.RequestTimeout
+		}
+		s.forget = newForgetter(cfg.Bootstrap.ForgetAfter, s.reg.registry, replica, timeout, pdlb.SystemClock(), log)
+	}
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
+	if s.cluster != nil {
+		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
+	}
 	s.status = &statusPage{pool: s.Pool, admin: s.admin, router: s.Router, metrics: s.Metrics, dir: s.reg.dir, now: time.Now}
 	s.status.sampler = newStatusSampler(s.Metrics, s.sampledBackends, pdlb.SystemClock())
 	if cfg.Metrics.Enabled {
@@ -143,13 +166,18 @@ func (s *Service) Start() error {
 			return err
 		}
 	}
+	s.cluster.start(s)
+	s.forget.start()
 	s.tls.startWatch()
 	return nil
 }
 
 func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
 	h := proxy.NewHealthChecker(s.Pool, c, s.log)
-	h.OnResult = s.Metrics.HealthCheck
+	h.OnResult = func(b *proxy.Backend, ok bool) {
+		s.Metrics.HealthCheck(b, ok)
+		s.forget.observe(b, ok)
+	}
 	h.DPSizes = s.cfg.Policy.DPAware
 	h.EngineLoads = s.cfg.Policy.PowerOfTwo.EngineLoad
 	return h
@@ -226,6 +254,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		s.stopStatus()
 		s.statusDone.Wait()
 	}
+	s.forget.stop()
+	s.cluster.shutdown()
 	s.admin.Close()
 	s.tls.close()
 	s.reg.shutdown(ctx)
