@@ -103,7 +103,8 @@ type Decode struct {
 
 // Timeouts bound each leg of a request.
 type Timeouts struct {
-	// Connect bounds dialing a backend. Default 3s.
+	// Connect bounds dialing a backend: the TCP connect and, for https://,
+	// the TLS handshake together. Default 3s.
 	Connect time.Duration `koanf:"connect"`
 	// PrefillFirstByte bounds the wait for the prefill's response headers. Default 300s.
 	PrefillFirstByte time.Duration `koanf:"prefill_first_byte"`

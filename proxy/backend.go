@@ -93,9 +93,9 @@ func NewBackendTLS(rawURL string, role Role, dialTimeout time.Duration, t *Upstr
 		hostHeader: u.HostHeader,
 		up:         newUpstream(u.Addr(), dialTimeout),
 	}
-	var secure func(net.Conn) (net.Conn, error)
+	var secure func(net.Conn, time.Time) (net.Conn, error)
 	if u.TLS {
-		secure = func(c net.Conn) (net.Conn, error) { return t.secure(c, u.Host, dialTimeout) }
+		secure = func(c net.Conn, deadline time.Time) (net.Conn, error) { return t.secure(c, u.Host, deadline) }
 		b.up.secure = secure
 	}
 	b.plain = &fasthttp.HostClient{
@@ -109,11 +109,15 @@ func NewBackendTLS(rawURL string, role Role, dialTimeout time.Duration, t *Upstr
 		// Dual-stack: an engine at an IPv6 address, or a name that resolves
 		// to one, is dialled (fasthttp's default dialer resolves IPv4 only).
 		Dial: func(addr string) (net.Conn, error) {
-			c, err := fasthttp.DialDualStackTimeout(addr, dialTimeout)
-			if err != nil || secure == nil {
-				return c, err
+			if secure == nil {
+				return fasthttp.DialDualStackTimeout(addr, dialTimeout)
 			}
-			if c, err = secure(c); err != nil {
+			deadline := deadlineAfter(dialTimeout)
+			c, err := fasthttp.DialDualStackTimeout(addr, dialTimeout)
+			if err != nil {
+				return nil, err
+			}
+			if c, err = secure(c, deadline); err != nil {
 				return nil, err
 			}
 			return &refusalConn{Conn: c.(*tls.Conn), refused: &b.refused}, nil

@@ -83,14 +83,13 @@ func (u *UpstreamTLS) config(serverName string) *tls.Config {
 	return cfg
 }
 
-// secure runs a TLS handshake on conn, freshly dialled, bounded by
-// timeout, and closes conn when it fails. serverName (the backend URL's
+// secure runs a TLS handshake on conn, freshly dialled, to finish by
+// deadline (the dial's: timeouts.connect bounds the two together; zero
+// is none), and closes conn when it fails. serverName (the backend URL's
 // host) is what the engine's certificate must name.
-func (u *UpstreamTLS) secure(conn net.Conn, serverName string, timeout time.Duration) (net.Conn, error) {
+func (u *UpstreamTLS) secure(conn net.Conn, serverName string, deadline time.Time) (net.Conn, error) {
 	tc := tls.Client(conn, u.config(serverName))
-	if timeout > 0 {
-		conn.SetDeadline(time.Now().Add(timeout))
-	}
+	conn.SetDeadline(deadline)
 	if err := tc.Handshake(); err != nil {
 		conn.Close()
 		return nil, &HandshakeError{Err: err}
@@ -98,6 +97,14 @@ func (u *UpstreamTLS) secure(conn net.Conn, serverName string, timeout time.Dura
 	// Every use of the connection sets its own deadlines.
 	conn.SetDeadline(time.Time{})
 	return tc, nil
+}
+
+// deadlineAfter is the deadline of a dial bounded by d (zero: none).
+func deadlineAfter(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
 }
 
 // HandshakeError is a TLS handshake with an engine that failed: its

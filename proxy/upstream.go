@@ -20,8 +20,9 @@ type upstream struct {
 	addr        string
 	dialTimeout time.Duration
 	// secure, set for an https:// backend, runs the TLS handshake on each
-	// new connection; pooled ones are reused as they are.
-	secure func(net.Conn) (net.Conn, error)
+	// new connection, by the dial's deadline; pooled ones are reused as
+	// they are.
+	secure func(net.Conn, time.Time) (net.Conn, error)
 	// maxIdleAge drops pooled connections the backend has likely closed
 	// already (uvicorn's keep-alive timeout is 5 s).
 	maxIdleAge time.Duration
@@ -99,12 +100,16 @@ func (u *upstream) get() (c *upConn, reused bool, err error) {
 }
 
 func (u *upstream) dial() (*upConn, error) {
+	var deadline time.Time
+	if u.secure != nil {
+		deadline = deadlineAfter(u.dialTimeout)
+	}
 	conn, err := net.DialTimeout("tcp", u.addr, u.dialTimeout)
 	if err != nil {
 		return nil, err
 	}
 	if u.secure != nil {
-		if conn, err = u.secure(conn); err != nil {
+		if conn, err = u.secure(conn, deadline); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -44,7 +45,8 @@ func httpsLB(t *testing.T, logs *proxytest.SyncBuffer, prefill, decode *proxytes
 
 func post(t *testing.T, svc *Service, body string) (*http.Response, string) {
 	t.Helper()
-	resp, err := http.Post("http://"+svc.Addr()+"/generate", "application/json", strings.NewReader(body))
+	c := &http.Client{Timeout: 20 * time.Second}
+	resp, err := c.Post("http://"+svc.Addr()+"/generate", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,5 +203,42 @@ func TestUpstreamCAReloads(t *testing.T) {
 	}
 	if resp, body := post(t, svc, `{"text":"hi"}`); resp.StatusCode != 200 {
 		t.Fatalf("after a rejected reload: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestUpstreamHandshakeBoundedByConnect: an engine that accepts the
+// connection but never answers the TLS handshake costs a request no more
+// than timeouts.connect: a 502 naming the backend and the handshake.
+func TestUpstreamHandshakeBoundedByConnect(t *testing.T) {
+	ln := proxytest.Listen(t, "127.0.0.1:0")
+	held := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // never read, never written
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for len(held) > 0 {
+			(<-held).Close()
+		}
+	})
+	p := proxytest.NewEngine(t, engineAnswer)
+	logs := &proxytest.SyncBuffer{}
+	silent := "https://" + ln.Addr().String()
+	cfg := testConfig()
+	cfg.Prefill = []config.Prefill{{URL: p.URL}}
+	cfg.Decode = []config.Decode{{URL: silent}}
+	cfg.Timeouts.Connect = 200 * time.Millisecond
+	svc := startService(t, &cfg, zerolog.New(logs))
+
+	resp, body := post(t, svc, `{"text":"hi"}`)
+	msg := "decode " + silent + " connect: TLS handshake: "
+	if resp.StatusCode != 502 || !strings.Contains(body, msg) || !strings.Contains(body, "i/o timeout") {
+		t.Fatalf("answer %d %s, want 502 saying %q… i/o timeout", resp.StatusCode, body, msg)
 	}
 }
