@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +242,35 @@ func TestUpstreamHandshakeBoundedByConnect(t *testing.T) {
 	msg := "decode " + silent + " connect: TLS handshake: "
 	if resp.StatusCode != 502 || !strings.Contains(body, msg) || !strings.Contains(body, "i/o timeout") {
 		t.Fatalf("answer %d %s, want 502 saying %q… i/o timeout", resp.StatusCode, body, msg)
+	}
+}
+
+// TestAdminAddsHTTPSWorker: a decode added at runtime through the admin
+// API at https:// is spoken to with upstream_tls, as configured ones are.
+func TestAdminAddsHTTPSWorker(t *testing.T) {
+	dir := t.TempDir()
+	ca := proxytest.NewCA(t, "engines CA")
+	p := proxytest.NewEngine(t, engineAnswer)
+	old := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"plain"}`))
+	added := proxytest.NewTLSEngine(t, ca.Issue(t, "engine", proxytest.CertOptions{}).ServerConfig(nil), engineAnswer)
+	port := freePort(t)
+	svc := httpsLB(t, &proxytest.SyncBuffer{}, p, old, config.UpstreamTLS{CAFile: ca.WriteCA(t, dir, "ca")}, func(c *config.Config) {
+		c.Admin = config.Admin{Host: "127.0.0.1", Port: port}
+	})
+	admin := "http://127.0.0.1:" + strconv.Itoa(port)
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Post(admin+"/workers", "application/json", strings.NewReader(`{"role":"decode","url":"`+added.URL+`"}`))
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("POST /workers https: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	req, _ := http.NewRequest(http.MethodDelete, admin+"/workers?url="+url.QueryEscape(old.URL), nil)
+	resp, err = c.Do(req)
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("DELETE the plain decode: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp, body := post(t, svc, `{"text":"hi"}`); resp.StatusCode != 200 || body != `{"text":"over TLS"}` {
+		t.Fatalf("through the added https decode: %d %s", resp.StatusCode, body)
 	}
 }
