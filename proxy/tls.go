@@ -125,7 +125,7 @@ func (e *HandshakeError) Error() string { return "TLS handshake: " + e.Err.Error
 // certificate, so an engine that refuses it ("certificate required",
 // "unknown certificate authority") says so only then. crypto/tls reports
 // a peer's alert as a *net.OpError with Op "remote error".
-func refusedHandshake(err error) error {
+func refusedHandshake(err error) *HandshakeError {
 	if err == nil {
 		return nil
 	}
@@ -149,7 +149,7 @@ func (c *refusalConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if err != nil {
 		if herr := refusedHandshake(err); herr != nil {
-			c.refused.Store(herr.(*HandshakeError))
+			c.refused.Store(herr)
 		}
 	}
 	return n, err
