@@ -210,6 +210,15 @@ type Breaker struct {
 	OpenTimeout time.Duration `koanf:"open_timeout"`
 	// HalfOpenMaxRequests bounds the probes admitted while half-open. Default 1.
 	HalfOpenMaxRequests uint32 `koanf:"half_open_max_requests"`
+	// PairFailures avoids a prefill–decode pair after this many failures
+	// of that pairing (the decode's KV-transfer errors naming it) within
+	// PairWindow, for PairCooldown; 0 turns pair health off. Default 3.
+	// Works whether or not breakers are enabled.
+	PairFailures int `koanf:"pair_failures"`
+	// PairWindow is how far back pair failures count. Default 60s.
+	PairWindow time.Duration `koanf:"pair_window"`
+	// PairCooldown is how long a failing pair is avoided. Default 60s.
+	PairCooldown time.Duration `koanf:"pair_cooldown"`
 }
 
 // Retry configures retries before the first byte reached the client.

@@ -53,6 +53,9 @@ func Default() Config {
 			Window:              60 * time.Second,
 			OpenTimeout:         30 * time.Second,
 			HalfOpenMaxRequests: 1,
+			PairFailures:        3,
+			PairWindow:          60 * time.Second,
+			PairCooldown:        60 * time.Second,
 		},
 		Retry: Retry{
 			MaxAttempts: 3,

@@ -206,6 +206,15 @@ func (c *Config) checkBreaker() *Error {
 	if math.IsNaN(r) || r < 0 || r > 1 {
 		return errorf("breaker.failure_ratio", fmt.Sprintf("%v out of range 0..1", r))
 	}
+	b := &c.Breaker
+	switch {
+	case b.PairFailures < 0:
+		return errorf("breaker.pair_failures", fmt.Sprintf("%d is negative (0 turns pair health off)", b.PairFailures))
+	case b.PairFailures > 0 && b.PairWindow <= 0:
+		return errorf("breaker.pair_window", "must be positive while breaker.pair_failures is set")
+	case b.PairFailures > 0 && b.PairCooldown <= 0:
+		return errorf("breaker.pair_cooldown", "must be positive while breaker.pair_failures is set")
+	}
 	return nil
 }
 

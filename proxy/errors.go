@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -89,8 +90,12 @@ func (e *UpstreamError) ClientStatus() int {
 }
 
 // Retryable reports whether another pair might succeed: nothing reached the
-// backend's application, or it said it is unavailable.
+// backend's application, it said it is unavailable, or its KV never
+// arrived (a pair fault: the decode generated nothing).
 func (e *UpstreamError) Retryable() bool {
+	if e.PairFault() {
+		return true
+	}
 	switch e.Kind {
 	case KindConnect, KindTimeout:
 		return true
@@ -101,15 +106,48 @@ func (e *UpstreamError) Retryable() bool {
 }
 
 // CountsAsFailure reports whether the backend's breaker should count it:
-// 4xx are the client's fault and never count; pdlb's own cancellations neither.
+// 4xx are the client's fault and never count; pdlb's own cancellations
+// neither; nor a pair fault, which belongs to the pairing (router: pair
+// health), not to the decode.
 func (e *UpstreamError) CountsAsFailure() bool {
 	switch e.Kind {
 	case KindStatus:
-		return e.Status >= 500
+		return e.Status >= 500 && !e.PairFault()
 	case KindCancelled:
 		return false
 	}
 	return true
+}
+
+// pairFaultMarkers are what SGLang's decode says when the KV of a request
+// could not come from its prefill (disaggregation/decode.py and the KV
+// receivers: the handshake with the prefill's bootstrap server, the
+// transfer itself, the heartbeat to the prefill), in the message of the 500
+// it answers. Each names the pairing, not the decode alone: the same decode
+// serves other prefills.
+var pairFaultMarkers = [][]byte{
+	[]byte("KVTransferError"),
+	[]byte("Decode transfer failed"),
+	[]byte("Decode handshake failed"),
+	[]byte("Lost connection with prefill instance"),
+	[]byte("Failed to get kvcache from prefill"),
+	[]byte("Could not fetch bootstrap info"),
+	[]byte("is healthy before, but now it is down"),
+}
+
+// PairFault reports whether a decode's failure belongs to its pairing with
+// the prefill: a 5xx whose message is one of SGLang's KV-transfer or
+// handshake errors. Only failures read it, never a successful leg.
+func (e *UpstreamError) PairFault() bool {
+	if e.Kind != KindStatus || e.Status < 500 || e.Backend == nil || e.Backend.Role != Decode {
+		return false
+	}
+	for _, m := range pairFaultMarkers {
+		if bytes.Contains(e.Body, m) {
+			return true
+		}
+	}
+	return false
 }
 
 func classify(err error) Kind {

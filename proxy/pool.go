@@ -154,6 +154,9 @@ func (t Ticket) Done(err *UpstreamError) {
 		t.br.record(t.done, nil)
 	case err.CountsAsFailure():
 		t.br.record(t.done, err)
+	case err.PairFault():
+		// The pairing failed, not the decode: neither success nor failure.
+		t.br.record(t.done, errExcluded)
 	case err.Kind == KindStatus:
 		t.br.record(t.done, nil)
 	default:

@@ -79,6 +79,8 @@ func legResult(err *proxy.UpstreamError) int {
 		return ResultOK
 	case err.Kind == proxy.KindCancelled:
 		return ResultCancelled
+	case err.PairFault():
+		return ResultError // the decode failed the request, whoever's fault
 	case !err.CountsAsFailure():
 		return ResultClientError
 	}

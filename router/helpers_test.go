@@ -61,13 +61,16 @@ func startLBFull(t testing.TB, prefills, decodes []*proxytest.Engine, o Options,
 	}
 	pool := proxy.NewPool(nil)
 	metrics := NewMetrics(pool)
-	port := 8998
-	add := func(url string, role proxy.Role) {
+	add := func(url string, role proxy.Role, bootstrapPort *int) {
 		b, err := proxy.NewBackend(url, role, cfg.Timeouts.Connect)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if role == proxy.Prefill {
+			port := 8998 // unless the test's config gives the prefill its own
+			if bootstrapPort != nil {
+				port = *bootstrapPort
+			}
 			b.SetBootstrap(&port, "", config.DefaultBootstrapPort)
 		}
 		if cfg.Breaker.Enabled {
@@ -77,10 +80,10 @@ func startLBFull(t testing.TB, prefills, decodes []*proxytest.Engine, o Options,
 		t.Cleanup(b.Close)
 	}
 	for _, p := range cfg.Prefill {
-		add(p.URL, proxy.Prefill)
+		add(p.URL, proxy.Prefill, p.BootstrapPort)
 	}
 	for _, d := range cfg.Decode {
-		add(d.URL, proxy.Decode)
+		add(d.URL, proxy.Decode, nil)
 	}
 	o.Settings, o.Pool, o.Metrics = SettingsFrom(&cfg), pool, metrics
 	r := New(o)

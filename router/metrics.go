@@ -331,6 +331,9 @@ var families = map[string]family{
 	"pdlb_admission_refused_total": {typeCounter, "Requests refused by admission control, by HTTP status (429 queue full, 503 queue timeout)."},
 	// Streams (Metrics.observeAdmission; stream.go).
 	"pdlb_streams_active": {typeGauge, "Streamed answers being relayed to clients."},
+	// Pair health (pairs.go).
+	"pdlb_pairs_avoided":       {typeGauge, "Prefill-decode pairs avoided now because their pairing kept failing (breaker.pair_failures)."},
+	"pdlb_pair_failures_total": {typeCounter, "Failures that belong to a prefill-decode pair (the decode could not get the prefill's KV), by pair."},
 
 	// Go runtime (metrics.WriteProcessMetrics).
 	"go_cgo_calls_count":                  {typeCounter, "Calls from Go to C made by the process."},

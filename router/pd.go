@@ -80,10 +80,16 @@ func (q *request) exchange() *proxy.Stream {
 			return nil
 		}
 		all503 = all503 && uerr.Kind == proxy.KindStatus && uerr.Status == fasthttp.StatusServiceUnavailable
+		pairFault := uerr.PairFault()
+		if pairFault {
+			q.pairFailed(uerr.Backend)
+		}
 		if attempt >= cfg.Retry.MaxAttempts || !uerr.Retryable() {
 			break
 		}
-		exclude = append(exclude, uerr.Backend)
+		if !pairFault { // a pair fault rules out the pair (q.failedPairs), not the decode
+			exclude = append(exclude, uerr.Backend)
+		}
 		q.r.log.Warn().Str("request_id", q.id).Int("attempt", attempt).Err(uerr).Msg("retrying on another pair")
 		q.r.metrics.Retry(q.route)
 		if !q.backoff(backoff(cfg.Retry.Initial, cfg.Retry.Max, attempt)) {
@@ -95,6 +101,18 @@ func (q *request) exchange() *proxy.Stream {
 	}
 	q.failUpstream(lastErr, all503)
 	return nil
+}
+
+// pairFailed counts the failure of the pair of this attempt's prefill and
+// decode d against the pair (pair health) and keeps the rest of this
+// request's attempts off it.
+func (q *request) pairFailed(d *proxy.Backend) {
+	k := Pair{q.prefill, d.URL}
+	q.failedPairs = append(q.failedPairs, k)
+	if avoided, until := q.r.pairs.failed(k.Prefill, k.Decode); avoided {
+		q.r.log.Warn().Str("prefill", k.Prefill).Str("decode", k.Decode).Time("until", until).
+			Msg("avoiding a prefill-decode pair whose KV transfers keep failing; both engines keep serving other pairs")
+	}
 }
 
 // failUpstream answers with the last attempt's failure: a backend's 4xx

@@ -45,6 +45,10 @@ type request struct {
 	// holds a copy.
 	key string
 
+	// failedPairs are the pairs whose pairing failed an attempt of this
+	// request (a pair fault): later attempts avoid them.
+	failedPairs []Pair
+
 	// What the log line says.
 	prefill, decode             string
 	prefillReason, decodeReason policy.Reason

@@ -27,6 +27,8 @@ type Settings struct {
 	InfoWait time.Duration
 	// Policy names the selection policies of both roles.
 	Policy config.Policy
+	// Pairs is when a failing prefill–decode pair is avoided.
+	Pairs PairRule
 }
 
 // Router serves the client-facing routes; cmd/pdlb/service builds one.
@@ -57,6 +59,8 @@ type Router struct {
 	activeStreams atomic.Int64
 	// errors keeps the last failed requests for the status page.
 	errors recentErrors
+	// pairs avoids prefill–decode pairs whose pairing keeps failing.
+	pairs *pairHealth
 }
 
 // Options wire a Router.
@@ -80,6 +84,7 @@ func New(o Options) *Router {
 	r := &Router{pool: o.Pool, info: o.Info, metrics: o.Metrics, log: o.Log, clock: o.Clock.OrSystem(), tracer: o.Tracer}
 	r.stopping, r.stop = context.WithCancel(context.Background())
 	r.policies.Store(newPolicies(o.Settings.Policy))
+	r.pairs = newPairHealth(o.Settings.Pairs, r.clock.Now)
 	lim := o.Settings.Limits
 	r.admission = NewAdmission(lim.MaxConcurrentRequests, lim.QueueSize, lim.QueueTimeout)
 	r.proxy = proxy.New(o.Settings.Timeout, o.Log)
@@ -91,8 +96,12 @@ func New(o Options) *Router {
 	r.server = r.newServer()
 	r.metrics.observeAdmission(r.admission)
 	r.metrics.observeStreams(&r.activeStreams)
+	r.metrics.observePairs(r.pairs)
 	return r
 }
+
+// AvoidedPairs lists the prefill–decode pairs avoided now (GET /workers).
+func (r *Router) AvoidedPairs() []AvoidedPair { return r.pairs.Avoided() }
 
 // Admission is the admission gate (limits.max_concurrent_requests).
 func (r *Router) Admission() *Admission { return r.admission }
@@ -107,6 +116,7 @@ func (r *Router) Apply(s Settings) {
 		r.policies.Store(newPolicies(s.Policy)) // a policy's learnt state starts afresh
 	}
 	r.settings.Store(newLiveSettings(s))
+	r.pairs.setRule(s.Pairs)
 	r.proxy.SetTimeouts(s.Timeout)
 	r.admission.SetLimits(s.Limits.MaxConcurrentRequests, s.Limits.QueueSize, s.Limits.QueueTimeout)
 }
@@ -129,7 +139,8 @@ func (r *Router) Settings() Settings { return r.cfg().Settings }
 
 // SettingsFrom picks the request path's settings out of a config.
 func SettingsFrom(cfg *config.Config) Settings {
-	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait, Policy: cfg.Policy}
+	return Settings{Limits: cfg.Limits, Retry: cfg.Retry, Server: cfg.Server, Timeout: cfg.Timeouts, InfoWait: cfg.Bootstrap.InfoWait, Policy: cfg.Policy,
+		Pairs: PairRule{Failures: cfg.Breaker.PairFailures, Window: cfg.Breaker.PairWindow, Cooldown: cfg.Breaker.PairCooldown}}
 }
 
 // route is one entry of the route table.

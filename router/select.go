@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"strconv"
 
 	"pdlb/config"
@@ -60,18 +61,54 @@ func (r *Router) pickPair(q *request, exclude []*proxy.Backend) (proxy.Ticket, p
 }
 
 func (r *Router) pickPairAmong(q *request, pr policy.Request, ok func(*proxy.Backend) bool) (proxy.Ticket, proxy.Ticket, string) {
+	now := r.clock.Now()
+	avoided := r.pairs.snapshot(now)
+	if avoided == nil && len(q.failedPairs) == 0 {
+		pt, dt, _, why := r.pickPairWith(q, pr, ok, nil)
+		return pt, dt, why
+	}
+	// Some pairs are avoided (pair health) or failed this request already:
+	// offer the prefills one by one until one has a decode it may pair
+	// with, then, if none has, take an avoided pair rather than none.
+	avoids := func(p, d *proxy.Backend) bool {
+		return slices.Contains(q.failedPairs, Pair{p.URL, d.URL}) || avoided != nil && avoided.avoids(p, d, now)
+	}
+	var tried []*proxy.Backend
+	for {
+		pt, dt, p, why := r.pickPairWith(q, pr, func(b *proxy.Backend) bool { return ok(b) && !contains(tried, b) }, avoids)
+		if why == "" {
+			return pt, dt, ""
+		}
+		if p == nil {
+			break // no prefill left
+		}
+		tried = append(tried, p)
+	}
+	pt, dt, _, why := r.pickPairWith(q, pr, ok, nil)
+	return pt, dt, why
+}
+
+// pickPairWith picks a prefill, then a decode that avoids (when set) does
+// not rule out with it. Without a decode it releases the prefill and
+// returns which prefill it was, with the reason.
+func (r *Router) pickPairWith(q *request, pr policy.Request, ok func(*proxy.Backend) bool, avoids func(p, d *proxy.Backend) bool) (proxy.Ticket, proxy.Ticket, *proxy.Backend, string) {
 	pols := r.policies.Load()
 	pt, why := r.pickOne(proxy.Prefill, pols.prefill, pr, ok, &q.prefillReason)
 	if why != "" {
-		return pt, pt, why
+		return pt, pt, nil, why
 	}
-	pr.Prefill = pt.Backend()
-	dt, why := r.pickOne(proxy.Decode, pols.decode, pr, ok, &q.decodeReason)
+	p := pt.Backend()
+	pr.Prefill = p
+	decodeOK := ok
+	if avoids != nil {
+		decodeOK = func(d *proxy.Backend) bool { return ok(d) && !avoids(p, d) }
+	}
+	dt, why := r.pickOne(proxy.Decode, pols.decode, pr, decodeOK, &q.decodeReason)
 	if why != "" {
 		pt.Release()
-		return pt, dt, why
+		return proxy.Ticket{}, dt, p, why
 	}
-	return pt, dt, ""
+	return pt, dt, nil, ""
 }
 
 // pickOne asks pol for a backend of role and its breaker for admission,

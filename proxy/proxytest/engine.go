@@ -164,6 +164,19 @@ func (e *Engine) Traceparents() []string {
 	return append([]string(nil), e.tps...)
 }
 
+// LastBodyTo is the body of the last request received on path (nil
+// before any): health checks reach engines too.
+func (e *Engine) LastBodyTo(path string) []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := len(e.paths) - 1; i >= 0; i-- {
+		if e.paths[i] == path {
+			return e.bodies[i]
+		}
+	}
+	return nil
+}
+
 // LastBody is the body of the last request received (nil before any).
 func (e *Engine) LastBody() []byte {
 	e.mu.Lock()

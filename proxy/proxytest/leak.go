@@ -15,8 +15,11 @@ import (
 // default dialer's DNS cache cleaner), its cleaners that notice a stop only
 // after their current sleep (a server's worker pool: up to 10 s after
 // Shutdown; a client's idle-connection cleaners: up to MaxIdleConnDuration
-// after their last connection closed), and pdlb's client-watch hub (one
-// goroutine for the life of the process).
+// after their last connection closed), pdlb's client-watch hub (one
+// goroutine for the life of the process), and the OpenTelemetry SDK's batch
+// span processor, whose export to a dead or hanging collector runs on after
+// its provider's Shutdown stopped waiting for it, until the exporter's own
+// timeout (10 s; service TestTracingDeadCollector).
 func IgnoredGoroutines() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
@@ -25,6 +28,10 @@ func IgnoredGoroutines() []goleak.Option {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 		goleak.IgnoreAnyFunction("pdlb/proxy.(*watchHub).loop"),
+		goleak.IgnoreAnyFunction("go.opentelemetry.io/otel/sdk/trace.(*batchSpanProcessor).processQueue"),
+		goleak.IgnoreAnyFunction("go.opentelemetry.io/otel/sdk/trace.(*batchSpanProcessor).drainQueue"),
+		goleak.IgnoreAnyFunction("go.opentelemetry.io/otel/sdk/trace.(*batchSpanProcessor).Shutdown.func1.1"),
+		goleak.IgnoreAnyFunction("go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp.(*client).contextWithStop.func1"),
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
+	"pdlb/router"
 )
 
 // BuildFunc makes a backend ready to serve (breaker, bootstrap address);
@@ -62,6 +63,9 @@ type Admin struct {
 	// bounds that write.
 	Shared  WorkerStore
 	Timeout time.Duration
+	// AvoidedPairs, when set, lists the prefill–decode pairs avoided now
+	// (pair health), shown on both workers of each.
+	AvoidedPairs func() []router.AvoidedPair
 }
 
 // NewAdmin builds the admin API; apiKey "" leaves it open (bind it to
@@ -106,6 +110,15 @@ type Worker struct {
 	RegistryReady bool   `json:"registry_ready"`
 	BootstrapPort *int   `json:"bootstrap_port"`
 	BootstrapAddr string `json:"bootstrap_addr"`
+	// AvoidedWith lists the workers of the other role this one is not
+	// paired with until the time given (breaker.pair_failures).
+	AvoidedWith []AvoidedWith `json:"avoided_with,omitempty"`
+}
+
+// AvoidedWith is the other side of an avoided pair.
+type AvoidedWith struct {
+	URL   string    `json:"url"`
+	Until time.Time `json:"until"`
 }
 
 // addRequest is POST /workers' body.
@@ -168,6 +181,20 @@ func (a *Admin) list(ctx *fasthttp.RequestCtx) {
 	// Map order is random: list draining backends in a stable order.
 	slices.SortFunc(out[n:], func(x, y Worker) int { return strings.Compare(x.URL, y.URL) })
 	a.mu.Unlock()
+	if a.AvoidedPairs != nil {
+		pairs := a.AvoidedPairs()
+		for i := range out {
+			w := &out[i]
+			for _, p := range pairs {
+				switch {
+				case w.Role == "prefill" && p.Prefill == w.URL:
+					w.AvoidedWith = append(w.AvoidedWith, AvoidedWith{p.Decode, p.Until})
+				case w.Role == "decode" && p.Decode == w.URL:
+					w.AvoidedWith = append(w.AvoidedWith, AvoidedWith{p.Prefill, p.Until})
+				}
+			}
+		}
+	}
 	pdlb.WriteJSON(ctx, fasthttp.StatusOK, out)
 }
 

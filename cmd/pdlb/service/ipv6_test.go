@@ -61,7 +61,7 @@ func TestIPv6Prefill(t *testing.T) {
 			if resp.StatusCode != 200 || body != `{"text":"ok"}` {
 				t.Fatalf("%d %s", resp.StatusCode, body)
 			}
-			if h := gjson.GetBytes(decode.LastBody(), "bootstrap_host").String(); h != "[::1]" {
+			if h := gjson.GetBytes(decode.LastBodyTo("/generate"), "bootstrap_host").String(); h != "[::1]" {
 				t.Fatalf("bootstrap_host %q, want [::1]", h)
 			}
 		})

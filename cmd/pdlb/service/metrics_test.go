@@ -40,10 +40,16 @@ func scrapeBusyLB(t *testing.T) string {
 		proxytest.JSONAnswer(503, `{"error":"overloaded"}`)(ctx)
 	})
 	held, release := make(chan struct{}), make(chan struct{})
+	var kvFailed atomic.Bool
 	good := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
 		if bytes.Contains(ctx.PostBody(), []byte("hold")) {
 			close(held)
 			<-release
+		}
+		// Once, SGLang's KV-transfer error: a pair fault, retried on another pair.
+		if bytes.Contains(ctx.PostBody(), []byte("kvfail")) && kvFailed.CompareAndSwap(false, true) {
+			proxytest.JSONAnswer(500, `{"error":{"message":"Decode transfer failed for request rank=0 with exception KVTransferError(bootstrap_room=1)"}}`)(ctx)
+			return
 		}
 		proxytest.JSONAnswer(200, `{"ok":true}`)(ctx)
 	})
@@ -90,6 +96,9 @@ func scrapeBusyLB(t *testing.T) string {
 		if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
+	}
+	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"kvfail"}`); resp.StatusCode != 200 || !kvFailed.Load() {
+		t.Fatalf("a request whose first pair failed its KV transfer: %d %s", resp.StatusCode, body)
 	}
 	// One request held in the only admission slot; the next one is refused.
 	var wg sync.WaitGroup

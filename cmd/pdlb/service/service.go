@@ -123,6 +123,7 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
 	s.health = s.newHealthChecker(cfg.Health)
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
+	s.admin.AvoidedPairs = s.Router.AvoidedPairs
 	if s.cluster != nil {
 		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
 	}

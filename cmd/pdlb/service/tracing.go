@@ -5,6 +5,8 @@ import (
 	"maps"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -48,15 +50,32 @@ func newTracerProvider(c config.Tracing, log zerolog.Logger) (*sdktrace.TracerPr
 	if err != nil {
 		return nil, err
 	}
-	// Failed exports are reported here (once per batch), not on stderr.
 	tlog := log.With().Str("component", "tracing").Logger()
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn().Err(err).Msg("trace export failed") }))
+	exportLog.Store(&tlog)
+	exportLogOnce.Do(func() {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			if l := exportLog.Load(); l != nil {
+				l.Warn().Err(err).Msg("trace export failed")
+			}
+		}))
+	})
 	return sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))),
 	), nil
 }
+
+// Failed exports are reported (once per batch) on the running service's
+// log, not on stderr. otel's error handler is the process's, so it is set
+// once and reads exportLog, which shutdownTracing clears: an export the
+// SDK still retries after its provider's shutdown gave up waiting (a dead
+// collector) must not write to a logger that is gone (in tests, a finished
+// test's).
+var (
+	exportLog     atomic.Pointer[zerolog.Logger]
+	exportLogOnce sync.Once
+)
 
 // tracesURL is where spans go for a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT
 // is read: its path + /v1/traces (validation made sure it parses).
@@ -80,6 +99,7 @@ func shutdownTracing(ctx context.Context, tp *sdktrace.TracerProvider, flush tim
 	if err := tp.Shutdown(fctx); err != nil {
 		log.Warn().Err(err).Msg("tracing: spans still queued at shutdown were dropped")
 	}
+	exportLog.Store(nil)
 }
 
 // sameTracing compares two tracing configs (a map makes them incomparable with ==).
