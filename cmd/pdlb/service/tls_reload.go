@@ -23,7 +23,11 @@ type serviceTLS struct {
 	upMu    sync.Mutex
 	upFiles config.UpstreamTLS
 	log     zerolog.Logger
-	watch   *certWatch
+
+	// watchMu guards watch and watching (between Start and Shutdown).
+	watchMu  sync.Mutex
+	watch    *certWatch
+	watching bool
 }
 
 // newServiceTLS loads the TLS files cfg names; an error names the key.
@@ -77,10 +81,27 @@ func (t *serviceTLS) warnInsecure(u config.UpstreamTLS) {
 	}
 }
 
-// startWatch reads the files again whenever their directories change.
-// Without a watch (no inotify instance left) SIGHUP still reloads them.
+// startWatch reads the files again whenever their directories change,
+// from now until close. Without a watch (no inotify instance left)
+// SIGHUP still reloads them.
 func (t *serviceTLS) startWatch() {
+	t.watchMu.Lock()
+	defer t.watchMu.Unlock()
+	t.watching = true
+	t.followLocked()
+}
+
+// followLocked points the watch at the files in force, starting it when
+// a reload names the first ones.
+func (t *serviceTLS) followLocked() {
+	if !t.watching {
+		return
+	}
 	files := t.files()
+	if t.watch != nil {
+		t.watch.watch(files)
+		return
+	}
 	if !slices.ContainsFunc(files, func(f string) bool { return f != "" }) {
 		return
 	}
@@ -149,15 +170,20 @@ func (t *serviceTLS) prepare(cfg *config.Config) (commit func(), err error) {
 		t.upFiles = cfg.UpstreamTLS
 		t.upMu.Unlock()
 		t.warnInsecure(cfg.UpstreamTLS)
-		if t.watch != nil {
-			t.watch.watch(t.files())
-		}
+		t.watchMu.Lock()
+		t.followLocked()
+		t.watchMu.Unlock()
 	}, nil
 }
 
-// close ends the watch.
+// close ends the watch; none starts after it.
 func (t *serviceTLS) close() {
-	if t.watch != nil {
-		t.watch.close()
+	t.watchMu.Lock()
+	t.watching = false
+	w := t.watch
+	t.watch = nil
+	t.watchMu.Unlock()
+	if w != nil {
+		w.close() // outside watchMu: it waits for a reload under way
 	}
 }

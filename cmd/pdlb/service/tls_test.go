@@ -375,8 +375,7 @@ func TestReloadRereadsSameFiles(t *testing.T) {
 		c.Decode = []config.Decode{{URL: de.URL}}
 		c.UpstreamTLS.CAFile = upCA
 	})
-	svc.tls.watch.close()
-	svc.tls.watch = nil
+	svc.tls.close()
 
 	if resp, err := generate(p.client(), base); err != nil || resp.StatusCode != 502 {
 		t.Fatalf("an engine whose CA is not trusted yet: %v %v", resp, err)

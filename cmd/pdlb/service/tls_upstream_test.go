@@ -274,3 +274,27 @@ func TestAdminAddsHTTPSWorker(t *testing.T) {
 		t.Fatalf("through the added https decode: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestWatchStartsWhenAReloadNamesTheFirstFiles: a pdlb started without
+// any TLS file watches the ones a reload names from then on.
+func TestWatchStartsWhenAReloadNamesTheFirstFiles(t *testing.T) {
+	dir := t.TempDir()
+	oldCA, newCA := proxytest.NewCA(t, "old CA"), proxytest.NewCA(t, "new CA")
+	p := proxytest.NewEngine(t, engineAnswer)
+	d := proxytest.NewTLSEngine(t, newCA.Issue(t, "engine", proxytest.CertOptions{}).ServerConfig(nil), engineAnswer)
+	logs := &proxytest.SyncBuffer{}
+	svc := httpsLB(t, logs, p, d, config.UpstreamTLS{})
+
+	next := *svc.Config()
+	next.UpstreamTLS.CAFile = oldCA.WriteCA(t, dir, "ca")
+	if err := svc.Apply(&next); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := post(t, svc, `{"text":"hi"}`); resp.StatusCode != 502 {
+		t.Fatalf("engine signed by a CA not trusted: %d %s", resp.StatusCode, body)
+	}
+	newCA.WriteCA(t, dir, "ca")
+	if !proxytest.WaitFor(10*time.Second, func() bool { resp, _ := post(t, svc, `{"text":"hi"}`); return resp.StatusCode == 200 }) {
+		t.Fatalf("the CA file a reload named is not watched; log:\n%s", logs.Bytes())
+	}
+}
