@@ -25,15 +25,7 @@ rm -rf "$OUT/etcd"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 go build -trimpath -o "$OUT/pdlb" ./cmd/pdlb
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-start() { # start NAME CMD… (background, log in $OUT/NAME.log, PID in NAME_pid)
-  local name=$1; shift
-  "$@" >"$OUT/$name.log" 2>&1 &
-  pids+=($!)
-  eval "${name}_pid=$!"
-}
+. bench/procs.sh
 wait_ready() { # wait_ready URL
   for _ in $(seq 1 100); do
     curl -sf -o /dev/null "$1" && return 0

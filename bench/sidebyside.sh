@@ -50,22 +50,7 @@ else
 fi
 go build -trimpath -o "$OUT/pdlb-floor" ./bench/floor/cmd/pdlb-floor
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-start() { # start NAME CMD… (background, log in $OUT/NAME.log, PID in NAME_pid)
-  local name=$1; shift
-  "$@" >"$OUT/$name.log" 2>&1 &
-  pids+=($!)
-  eval "${name}_pid=$!"
-}
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing answers on port $1" >&2; exit 1
-}
+. bench/procs.sh
 serve() { # serve BINARY PORT DECODE_PORT
   exec "$1" serve --prefill "http://127.0.0.1:$PREFILL_PORT" none --decode "http://127.0.0.1:$3" \
     --host 127.0.0.1 --port "$2" --set bootstrap.mode=off --set admin.port=0 --log-format json

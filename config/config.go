@@ -24,6 +24,9 @@ type Config struct {
 	Policy    Policy    `koanf:"policy"`
 	Tracing   Tracing   `koanf:"tracing"`
 	Cluster   Cluster   `koanf:"cluster"`
+
+	// UpstreamTLS is how pdlb speaks to https:// backends.
+	UpstreamTLS UpstreamTLS `koanf:"upstream_tls"`
 }
 
 // Server is the client-facing listener.
@@ -45,6 +48,43 @@ type Server struct {
 	APIKey string `koanf:"api_key"`
 	// ShutdownGrace is how long in-flight requests may finish after SIGTERM. Default 30s.
 	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
+	// TLS serves the listener over TLS when its cert_file is set.
+	TLS ListenerTLS `koanf:"tls"`
+}
+
+// ListenerTLS serves a listener over TLS (1.2 or later, Go's default
+// cipher suites, HTTP/1.1). The files are read again on SIGHUP, on a
+// reload and when they change on disk; new handshakes get the new ones,
+// open connections keep theirs.
+type ListenerTLS struct {
+	// CertFile is the PEM certificate chain, leaf first; set, the listener
+	// speaks TLS only. Default "" (plain HTTP).
+	CertFile string `koanf:"cert_file"`
+	// KeyFile is the PEM private key of CertFile's leaf. Default "".
+	KeyFile string `koanf:"key_file"`
+	// ClientCAFile, when set, requires every client to present a
+	// certificate signed by one of its PEM CAs (mTLS). Default "".
+	ClientCAFile string `koanf:"client_ca_file"`
+}
+
+// Enabled reports whether the listener speaks TLS.
+func (t ListenerTLS) Enabled() bool { return t.CertFile != "" }
+
+// UpstreamTLS is the client side of TLS to https:// backends (engines'
+// HTTP servers). http:// backends and the bootstrap registries stay plain.
+type UpstreamTLS struct {
+	// CAFile is the PEM CAs that sign the engines' certificates; empty
+	// trusts the system's pool. Default "".
+	CAFile string `koanf:"ca_file"`
+	// CertFile is pdlb's client certificate (PEM chain) for engines that
+	// require one (mTLS); with KeyFile. Default "".
+	CertFile string `koanf:"cert_file"`
+	// KeyFile is the PEM private key of CertFile's leaf. Default "".
+	KeyFile string `koanf:"key_file"`
+	// InsecureSkipVerify accepts any engine certificate, unverified: for a
+	// test bench only; pdlb logs a warning at every start and reload.
+	// Default false.
+	InsecureSkipVerify bool `koanf:"insecure_skip_verify"`
 }
 
 // Prefill is one prefill engine.
@@ -64,7 +104,8 @@ type Decode struct {
 
 // Timeouts bound each leg of a request.
 type Timeouts struct {
-	// Connect bounds dialing a backend. Default 3s.
+	// Connect bounds dialing a backend: the TCP connect and, for https://,
+	// the TLS handshake together. Default 3s.
 	Connect time.Duration `koanf:"connect"`
 	// PrefillFirstByte bounds the wait for the prefill's response headers. Default 300s.
 	PrefillFirstByte time.Duration `koanf:"prefill_first_byte"`
@@ -226,6 +267,8 @@ type Admin struct {
 	Port int `koanf:"port"`
 	// APIKey, when set, requires "Authorization: Bearer <key>". Default "".
 	APIKey string `koanf:"api_key"`
+	// TLS serves the admin listener over TLS, as server.tls does.
+	TLS ListenerTLS `koanf:"tls"`
 }
 
 // Metrics configures Prometheus exposition.

@@ -17,8 +17,11 @@ type BackendURL struct {
 	URL string
 	// Host is the host name, lower-cased, IPv6 without brackets ("::1").
 	Host string
-	// Port is the port, "80" when the URL has none.
+	// Port is the port, "80" ("443" for https) when the URL has none.
 	Port string
+	// TLS is set for https:// URLs: pdlb speaks TLS to the engine
+	// (upstream_tls).
+	TLS bool
 	// HostHeader is the URL's host[:port] as given, for the Host header.
 	HostHeader string
 }
@@ -27,10 +30,18 @@ type BackendURL struct {
 func (u BackendURL) Addr() string { return net.JoinHostPort(u.Host, u.Port) }
 
 // Key is the normalised form two spellings of one engine share.
-func (u BackendURL) Key() string { return "http://" + u.Addr() }
+func (u BackendURL) Key() string { return u.scheme() + "://" + u.Addr() }
 
-// ParseBackendURL checks an engine URL: http://host[:port] with no path,
-// query, fragment or user info (pdlb appends the route itself).
+func (u BackendURL) scheme() string {
+	if u.TLS {
+		return "https"
+	}
+	return "http"
+}
+
+// ParseBackendURL checks an engine URL: http://host[:port] or
+// https://host[:port] with no path, query, fragment or user info (pdlb
+// appends the route itself).
 func ParseBackendURL(raw string) (BackendURL, error) {
 	if raw == "" {
 		return BackendURL{}, fmt.Errorf("URL is required (e.g. http://10.0.0.1:30000)")
@@ -39,14 +50,13 @@ func ParseBackendURL(raw string) (BackendURL, error) {
 	if err != nil {
 		return BackendURL{}, fmt.Errorf("%q is not a URL", raw)
 	}
+	var secure bool
 	switch strings.ToLower(u.Scheme) {
 	case "http":
 	case "https":
-		// Engines serve plain HTTP inside the cluster; pdlb's upstream
-		// connections are plain TCP.
-		return BackendURL{}, fmt.Errorf("%q: https:// backends are not supported, use http://", raw)
+		secure = true
 	default:
-		return BackendURL{}, fmt.Errorf("%q must start with http://", raw)
+		return BackendURL{}, fmt.Errorf("%q must start with http:// or https://", raw)
 	}
 	if strings.Trim(u.Path, "/") != "" {
 		return BackendURL{}, fmt.Errorf("%q must not have a path: pdlb appends the route (/generate, …) to host:port", raw)
@@ -58,8 +68,12 @@ func ParseBackendURL(raw string) (BackendURL, error) {
 		return BackendURL{}, fmt.Errorf("%q must not carry a query, fragment or user info", raw)
 	}
 	port := u.Port()
-	if port == "" {
+	switch {
+	case port != "":
+	case secure:
+		port = "443"
+	default:
 		port = "80"
 	}
-	return BackendURL{URL: strings.TrimRight(raw, "/"), Host: strings.ToLower(u.Hostname()), Port: port, HostHeader: u.Host}, nil
+	return BackendURL{URL: strings.TrimRight(raw, "/"), Host: strings.ToLower(u.Hostname()), Port: port, HostHeader: u.Host, TLS: secure}, nil
 }

@@ -19,7 +19,9 @@ func (c *Config) Validate() error {
 	}
 	checks := []func() *Error{
 		c.checkServer,
+		c.checkServerTLS,
 		c.checkBackends,
+		c.checkUpstreamTLS,
 		c.checkLimits,
 		c.checkLog,
 		c.checkBootstrap,
@@ -28,6 +30,7 @@ func (c *Config) Validate() error {
 		c.checkAbort,
 		c.checkHealth,
 		c.checkAdmin,
+		c.checkAdminTLS,
 		c.checkPolicy,
 		c.checkCacheAware,
 		c.checkTracing,

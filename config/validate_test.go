@@ -32,7 +32,9 @@ func TestValidate(t *testing.T) {
 		{"bootstrap port zero", func(c *Config) { c.Prefill[0].BootstrapPort = intp(0) }, "prefill[0].bootstrap_port", "out of range"},
 		{"url scheme", func(c *Config) { c.Prefill[0].URL = "ftp://p:1" }, "prefill[0].url", "must start with http://"},
 		{"url no scheme", func(c *Config) { c.Decode[0].URL = "d:30001" }, "decode[0].url", "must start with http://"},
-		{"url https", func(c *Config) { c.Decode[0].URL = "https://d:1" }, "decode[0].url", "https:// backends are not supported"},
+		{"url https duplicate", func(c *Config) {
+			c.Decode = append(c.Decode, Decode{URL: "https://e"}, Decode{URL: "HTTPS://E:443/"})
+		}, "decode[2].url", "duplicate backend"},
 		{"url path", func(c *Config) { c.Decode[0].URL = "http://d:1/engine" }, "decode[0].url", "must not have a path"},
 		{"url no host", func(c *Config) { c.Decode[0].URL = "http://" }, "decode[0].url", "no host"},
 		{"url empty", func(c *Config) { c.Decode[0].URL = "" }, "decode[0].url", "required"},

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -49,6 +50,9 @@ type Backend struct {
 	up         *upstream
 	// plain serves the non-PD routes (info, broadcast, health checks).
 	plain *fasthttp.HostClient
+	// refused is the last alert an https:// engine refused pdlb's
+	// certificate with on a plain call (refusalConn).
+	refused atomic.Pointer[HandshakeError]
 	// breaker is swapped on reload; nil when breakers are off.
 	breaker atomic.Pointer[Breaker]
 
@@ -72,8 +76,14 @@ type Backend struct {
 }
 
 // NewBackend parses rawURL (config.ParseBackendURL) and prepares the
-// backend's connection pool.
+// backend's connection pool; an https:// backend trusts the system's pool.
 func NewBackend(rawURL string, role Role, dialTimeout time.Duration) (*Backend, error) {
+	return NewBackendTLS(rawURL, role, dialTimeout, nil)
+}
+
+// NewBackendTLS is NewBackend with the TLS an https:// backend is spoken
+// to with (http:// backends ignore it).
+func NewBackendTLS(rawURL string, role Role, dialTimeout time.Duration, t *UpstreamTLS) (*Backend, error) {
 	u, err := config.ParseBackendURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%s url: %w", role, err)
@@ -86,14 +96,34 @@ func NewBackend(rawURL string, role Role, dialTimeout time.Duration) (*Backend, 
 		hostHeader: u.HostHeader,
 		up:         newUpstream(u.Addr(), dialTimeout),
 	}
+	var secure func(net.Conn, time.Time) (net.Conn, error)
+	if u.TLS {
+		secure = func(c net.Conn, deadline time.Time) (net.Conn, error) { return t.secure(c, u.Host, deadline) }
+		b.up.secure = secure
+	}
 	b.plain = &fasthttp.HostClient{
 		Addr:                u.Addr(),
 		MaxConns:            64,
 		MaxIdleConnDuration: 4 * time.Second,
+		// fasthttp refuses an https:// request URI on a client that is not
+		// TLS; the handshake is secure's (Dial returns a *tls.Conn, which
+		// fasthttp takes as it is).
+		IsTLS: u.TLS,
 		// Dual-stack: an engine at an IPv6 address, or a name that resolves
 		// to one, is dialled (fasthttp's default dialer resolves IPv4 only).
 		Dial: func(addr string) (net.Conn, error) {
-			return fasthttp.DialDualStackTimeout(addr, dialTimeout)
+			if secure == nil {
+				return fasthttp.DialDualStackTimeout(addr, dialTimeout)
+			}
+			deadline := deadlineAfter(dialTimeout)
+			c, err := fasthttp.DialDualStackTimeout(addr, dialTimeout)
+			if err != nil {
+				return nil, err
+			}
+			if c, err = secure(c, deadline); err != nil {
+				return nil, err
+			}
+			return &refusalConn{Conn: c.(*tls.Conn), refused: &b.refused}, nil
 		},
 	}
 	b.engineLoad.Store(-1)

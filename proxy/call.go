@@ -27,6 +27,9 @@ func (b *Backend) Call(method, path string, body []byte, timeout time.Duration) 
 		req.SetBodyRaw(body)
 	}
 	if err := b.plain.DoTimeout(req, resp, timeout); err != nil {
+		if herr := b.refused.Swap(nil); herr != nil {
+			err = herr
+		}
 		return CallResult{}, &UpstreamError{Backend: b, Kind: callKind(err), Err: err}
 	}
 	return CallResult{

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,9 +18,31 @@ import (
 // request and ns/op is dominated by the loopback round trips. "observed"
 // adds a LegObserver (counting only: router's BenchmarkLegMetrics holds
 // the cost of the real one).
+//
+// "tls" is "plain" with both engines at https:// (ECDSA P-256, TLS 1.3,
+// keep-alive: the handshake is paid once), "tls-reconnect" dials and
+// shakes hands for every leg (what an engine that closes its keep-alive
+// connections costs: TLS 1.3 resumption, no certificate check).
 func BenchmarkFanout(b *testing.B) {
-	b.Run("plain", func(b *testing.B) { benchmarkFanout(b, nil) })
-	b.Run("observed", func(b *testing.B) { benchmarkFanout(b, new(countingObserver)) })
+	b.Run("plain", func(b *testing.B) { benchmarkFanout(b, nil, nil, false) })
+	b.Run("observed", func(b *testing.B) { benchmarkFanout(b, new(countingObserver), nil, false) })
+	b.Run("tls", func(b *testing.B) { benchmarkFanout(b, nil, benchPKI(b), false) })
+	b.Run("tls-reconnect", func(b *testing.B) { benchmarkFanout(b, nil, benchPKI(b), true) })
+}
+
+// fanoutTLS is the engines' certificate and pdlb's upstream TLS trusting it.
+type fanoutTLS struct {
+	engine *tls.Config
+	up     *UpstreamTLS
+}
+
+func benchPKI(b *testing.B) *fanoutTLS {
+	ca := proxytest.NewCA(b, "bench CA")
+	up, err := NewUpstreamTLS(config.UpstreamTLS{CAFile: ca.WriteCA(b, b.TempDir(), "ca")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &fanoutTLS{engine: ca.Issue(b, "engine", proxytest.CertOptions{}).ServerConfig(nil), up: up}
 }
 
 type countingObserver struct{ answered, done atomic.Uint64 }
@@ -27,10 +50,16 @@ type countingObserver struct{ answered, done atomic.Uint64 }
 func (o *countingObserver) LegAnswered(*Backend, time.Duration) { o.answered.Add(1) }
 func (o *countingObserver) LegDone(*Backend, *UpstreamError)    { o.done.Add(1) }
 
-func benchmarkFanout(b *testing.B, obs LegObserver) {
+func benchmarkFanout(b *testing.B, obs LegObserver, secure *fanoutTLS, reconnect bool) {
 	answer := proxytest.JSONAnswer(200, `{"text":"ok","meta_info":{}}`)
-	p := mustBackend(b, proxytest.NewEngine(b, answer).URL, Prefill)
-	d := mustBackend(b, proxytest.NewEngine(b, answer).URL, Decode)
+	var p, d *Backend
+	if secure == nil {
+		p = mustBackend(b, proxytest.NewEngine(b, answer).URL, Prefill)
+		d = mustBackend(b, proxytest.NewEngine(b, answer).URL, Decode)
+	} else {
+		p = mustTLSBackend(b, proxytest.NewTLSEngine(b, secure.engine, answer).URL, Prefill, secure.up)
+		d = mustTLSBackend(b, proxytest.NewTLSEngine(b, secure.engine, answer).URL, Decode, secure.up)
+	}
 	for _, be := range []*Backend{p, d} {
 		be.SetBreaker(NewBreaker(be.Role.String()+" "+be.URL, config.Default().Breaker, zerolog.Nop(), nil))
 	}
@@ -49,11 +78,27 @@ func benchmarkFanout(b *testing.B, obs LegObserver) {
 			b.Fatal(err)
 		}
 		ans.Release()
+		if reconnect {
+			p.Close()
+			d.Close()
+		}
 	}
 	run() // dial both keep-alive connections
 	b.ReportAllocs()
+	stop := proxytest.ReportCPU(b)
 	for b.Loop() {
 		run()
 	}
+	stop()
 	proxytest.WaitFor(time.Second, func() bool { return p.InFlight() == 0 })
+}
+
+func mustTLSBackend(t testing.TB, url string, role Role, up *UpstreamTLS) *Backend {
+	t.Helper()
+	b, err := NewBackendTLS(url, role, time.Second, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
 )
 
@@ -165,6 +166,10 @@ func (l *leg) start(path string, body []byte, requestID string, extra []byte, de
 		if isStaleConn(err) && !reused {
 			return l.fail(KindConnect, err)
 		}
+		var herr *HandshakeError
+		if errors.As(err, &herr) {
+			return l.fail(KindConnect, err)
+		}
 		return l.fail(KindProtocol, err)
 	}
 }
@@ -256,12 +261,26 @@ func (l *leg) closeStream(atEOF bool) {
 // writeRequest sends the head and the body in one vectored write: the
 // body (the injected copy, in the attempt's buffer) is not copied again.
 func (l *leg) writeRequest(c *upConn, body []byte) error {
+	if l.b.up.secure != nil && len(body) > 0 {
+		return l.writeRequestTLS(c, body)
+	}
 	l.vec = [2][]byte{l.head, body}
 	l.bufs = l.vec[:]
 	if len(body) == 0 {
 		l.bufs = l.vec[:1]
 	}
 	_, err := l.bufs.WriteTo(c.Conn)
+	return err
+}
+
+// writeRequestTLS sends the head and the body in one Write: a *tls.Conn
+// has no vectored write, and each buffer would be a record and a system
+// call of its own (the engine then reads the head without its body).
+func (l *leg) writeRequestTLS(c *upConn, body []byte) error {
+	buf := bytebufferpool.Get()
+	buf.B = append(append(buf.B[:0], l.head...), body...)
+	_, err := c.Write(buf.B)
+	bytebufferpool.Put(buf)
 	return err
 }
 

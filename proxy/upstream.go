@@ -19,6 +19,10 @@ import (
 type upstream struct {
 	addr        string
 	dialTimeout time.Duration
+	// secure, set for an https:// backend, runs the TLS handshake on each
+	// new connection, by the dial's deadline; pooled ones are reused as
+	// they are.
+	secure func(net.Conn, time.Time) (net.Conn, error)
 	// maxIdleAge drops pooled connections the backend has likely closed
 	// already (uvicorn's keep-alive timeout is 5 s).
 	maxIdleAge time.Duration
@@ -33,6 +37,9 @@ type upConn struct {
 	net.Conn
 	br       *bufio.Reader
 	lastUsed time.Time
+	// handshaking is set on a fresh TLS connection until its first answer:
+	// an engine may refuse pdlb's certificate only then (refusedHandshake).
+	handshaking bool
 }
 
 // upstreamReadBuf holds a response head (engines send a few hundred bytes)
@@ -50,6 +57,16 @@ const (
 // again through a large buffer layered on the small one, which nothing
 // has consumed yet; the connection keeps the large one.
 func (c *upConn) readHead(h *fasthttp.ResponseHeader) error {
+	if c.handshaking {
+		// fasthttp reports any error on the first byte as io.EOF; the
+		// engine's alert is looked at before it does.
+		c.handshaking = false
+		if _, err := c.br.Peek(1); err != nil {
+			if herr := refusedHandshake(err); herr != nil {
+				return herr
+			}
+		}
+	}
 	err := h.Read(c.br)
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) && c.br.Size() < upstreamLargeHead {
@@ -83,11 +100,20 @@ func (u *upstream) get() (c *upConn, reused bool, err error) {
 }
 
 func (u *upstream) dial() (*upConn, error) {
+	var deadline time.Time
+	if u.secure != nil {
+		deadline = deadlineAfter(u.dialTimeout)
+	}
 	conn, err := net.DialTimeout("tcp", u.addr, u.dialTimeout)
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, upstreamReadBuf)}, nil
+	if u.secure != nil {
+		if conn, err = u.secure(conn, deadline); err != nil {
+			return nil, err
+		}
+	}
+	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, upstreamReadBuf), handshaking: u.secure != nil}, nil
 }
 
 // put returns a connection whose last response was read completely.

@@ -56,6 +56,9 @@ type Options struct {
 	Progress io.Writer
 	// Seed makes prompts, lengths and arrivals reproducible; default 1.
 	Seed int64
+	// CAFile is a PEM file of CAs an https:// target's certificate must
+	// chain to; empty trusts the system's pool.
+	CAFile string
 	// Room adds a "bootstrap_room" to every body, so an engine can be
 	// measured directly (a balancer replaces the field).
 	Room bool

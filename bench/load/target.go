@@ -1,9 +1,12 @@
 package load
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -32,14 +35,27 @@ func newTarget(base, route string, opts Options) (*target, error) {
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	path := strings.TrimRight(u.Path, "/") + route
+	var tlsCfg *tls.Config
+	if u.Scheme == "https" && opts.CAFile != "" {
+		pem, err := os.ReadFile(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s: no PEM certificate", opts.CAFile)
+		}
+		tlsCfg = &tls.Config{RootCAs: pool}
+	}
 	return &target{
 		base: base,
 		host: u.Host,
 		uri:  u.Scheme + "://" + u.Host + path,
 		client: &fasthttp.HostClient{
-			Addr:  addr,
-			Name:  "pdlb-bench",
-			IsTLS: u.Scheme == "https",
+			Addr:      addr,
+			Name:      "pdlb-bench",
+			IsTLS:     u.Scheme == "https",
+			TLSConfig: tlsCfg,
 			// A target at an IPv6 address ([::1]:8000) or an IPv6-only name.
 			DialDualStack: true,
 			// Open loop drops arrivals itself at the cap; closed loop never exceeds it.

@@ -2,6 +2,7 @@ package proxytest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -52,6 +53,15 @@ func NewEngineOn(t testing.TB, ln net.Listener, h fasthttp.RequestHandler) *Engi
 	}
 	go e.srv.Serve(ln)
 	t.Cleanup(func() { e.srv.Shutdown() })
+	return e
+}
+
+// NewTLSEngine serves h over TLS (cfg: ServerConfig) on a fresh loopback
+// port until the test ends; its URL is https://.
+func NewTLSEngine(t testing.TB, cfg *tls.Config, h fasthttp.RequestHandler) *Engine {
+	t.Helper()
+	e := NewEngineOn(t, tls.NewListener(Listen(t, "127.0.0.1:0"), cfg), h)
+	e.URL = "https://" + e.ln.Addr().String()
 	return e
 }
 

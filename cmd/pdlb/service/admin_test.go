@@ -233,7 +233,7 @@ func TestAdminRefusals(t *testing.T) {
 		{"missing role", "POST", "/workers", `{"url":"http://h:1"}`, 400, "role"},
 		{"bad role", "POST", "/workers", `{"role":"encode","url":"http://h:1"}`, 400, "role"},
 		{"missing url", "POST", "/workers", `{"role":"decode"}`, 400, "url"},
-		{"https url", "POST", "/workers", `{"role":"decode","url":"https://h:1"}`, 400, "url"},
+		{"ftp url", "POST", "/workers", `{"role":"decode","url":"ftp://h:1"}`, 400, "url"},
 		{"no host", "POST", "/workers", `{"role":"decode","url":"http://"}`, 400, "url"},
 		{"url with path", "POST", "/workers", `{"role":"decode","url":"http://h:1/v1"}`, 400, "url"},
 		{"unparsable url", "POST", "/workers", `{"role":"decode","url":"http://[::1"}`, 400, "url"},

@@ -17,7 +17,7 @@ func (s *Service) NewBackend(url string, role proxy.Role, bootstrapPort *int) (*
 }
 
 func (s *Service) newBackendLocked(url string, role proxy.Role, bootstrapPort *int) (*proxy.Backend, error) {
-	b, err := proxy.NewBackend(url, role, s.cfg.Timeouts.Connect)
+	b, err := proxy.NewBackendTLS(url, role, s.cfg.Timeouts.Connect, s.tls.upstream)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,12 @@ func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, mov
 	if kept := keepStartupOnly(old, cfg); len(kept) > 0 {
 		s.log.Warn().Strs("keys", kept).Msg("reload: these keys are read at start only; they keep their running values until a restart")
 	}
+	// Certificates are read first and put in force last: a bad pair
+	// rejects the whole reload before anything changed.
+	commitTLS, err := s.tls.prepare(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	s.cfg = cfg // the backends built below read it
 	var undo []func()
 	defer func() {
@@ -118,6 +124,7 @@ func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, mov
 			s.health.Start()
 		}
 	}
+	commitTLS()
 	s.log.Info().Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("configuration reloaded")
 	return removed, moved, nil
 }
@@ -142,9 +149,14 @@ func keepStartupOnly(old, next *config.Config) []string {
 	keep("server.write_timeout", o.WriteTimeout != n.WriteTimeout, func() { n.WriteTimeout = o.WriteTimeout })
 	keep("server.idle_timeout", o.IdleTimeout != n.IdleTimeout, func() { n.IdleTimeout = o.IdleTimeout })
 	keep("server.max_header_bytes", o.MaxHeaderBytes != n.MaxHeaderBytes, func() { n.MaxHeaderBytes = o.MaxHeaderBytes })
+	// A listener's TLS files reload; turning TLS on or off needs a new listener.
+	keep("server.tls", o.TLS.Enabled() != n.TLS.Enabled(), func() { n.TLS = o.TLS })
 	keep("limits.max_body_bytes", old.Limits.MaxBodyBytes != next.Limits.MaxBodyBytes, func() { next.Limits.MaxBodyBytes = old.Limits.MaxBodyBytes })
 	keep("log", old.Log != next.Log, func() { next.Log = old.Log })
-	keep("admin", old.Admin != next.Admin, func() { next.Admin = old.Admin })
+	oa, na := old.Admin, next.Admin
+	oa.TLS, na.TLS = config.ListenerTLS{}, config.ListenerTLS{}
+	keep("admin", oa != na, func() { tls := next.Admin.TLS; next.Admin = old.Admin; next.Admin.TLS = tls })
+	keep("admin.tls", old.Admin.TLS.Enabled() != next.Admin.TLS.Enabled(), func() { next.Admin.TLS = old.Admin.TLS })
 	keep("metrics.enabled", old.Metrics != next.Metrics, func() { next.Metrics = old.Metrics })
 	ob, nb := &old.Bootstrap, &next.Bootstrap
 	keep("bootstrap.mode", ob.Mode != nb.Mode, func() { nb.Mode = ob.Mode })

@@ -38,6 +38,8 @@ type Service struct {
 	adminSv *fasthttp.Server
 	adminLn net.Listener
 	reg     *registryWiring
+	// tls holds the listeners' certificates and upstream_tls (tls_reload.go).
+	tls     *serviceTLS
 	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
 	forget  *forgetter     // nil unless bootstrap.forget_after (embedded mode)
 	// tracing is the tracer provider; nil when tracing is off.
@@ -59,7 +61,11 @@ type Service struct {
 
 // New wires a Service; nothing listens until Start.
 func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
-	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout}
+	tlsSet, err := newServiceTLS(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout, tls: tlsSet}
 	if s.cluster, err = newClusterWiring(cfg, s.reg, log); err != nil {
 		return nil, err
 	}
@@ -140,6 +146,9 @@ func (s *Service) Start() error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
+	if s.tls.server != nil {
+		ln = s.tls.server.listen(ln)
+	}
 	s.ln = ln
 	go func() {
 		// A Shutdown that comes before this goroutine runs has closed ln:
@@ -148,7 +157,7 @@ func (s *Service) Start() error {
 			s.log.Error().Err(err).Msg("server stopped")
 		}
 	}()
-	s.log.Info().Str("addr", ln.Addr().String()).Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("pdlb listening")
+	s.log.Info().Str("addr", ln.Addr().String()).Bool("tls", s.tls.server != nil).Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("pdlb listening")
 	s.mu.Lock()
 	s.started = true
 	s.health.Start()
@@ -160,6 +169,7 @@ func (s *Service) Start() error {
 	}
 	s.cluster.start(s)
 	s.forget.start()
+	s.tls.startWatch()
 	return nil
 }
 
@@ -182,13 +192,16 @@ func (s *Service) startAdmin(c config.Admin) error {
 	if err != nil {
 		return fmt.Errorf("admin listen %s: %w", addr, err)
 	}
+	if s.tls.admin != nil {
+		ln = s.tls.admin.listen(ln)
+	}
 	s.adminSv = &fasthttp.Server{Handler: s.adminHandler, Name: "pdlb-admin", ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, Logger: debugLogger{s.log}}
 	s.adminLn = ln
 	go s.adminSv.Serve(ln)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopStatus = cancel
 	s.statusDone.Go(func() { s.status.sampler.run(ctx) })
-	s.log.Info().Str("addr", ln.Addr().String()).Msg("admin API listening")
+	s.log.Info().Str("addr", ln.Addr().String()).Bool("tls", s.tls.admin != nil).Msg("admin API listening")
 	return nil
 }
 
@@ -245,6 +258,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	s.forget.stop()
 	s.cluster.shutdown()
 	s.admin.Close()
+	s.tls.close()
 	s.reg.shutdown(ctx)
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
