@@ -40,6 +40,8 @@ type Service struct {
 	reg     *registryWiring
 	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
 	forget  *forgetter     // nil unless bootstrap.forget_after (embedded mode)
+	// discovery is nil unless discovery.kubernetes.enabled.
+	discovery *discoveryWiring
 	// tracing is the tracer provider; nil when tracing is off.
 	tracing *sdktrace.TracerProvider
 	// traceFlush bounds the export of queued spans at shutdown.
@@ -58,7 +60,11 @@ type Service struct {
 }
 
 // New wires a Service; nothing listens until Start.
-func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
+func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout}
 	if s.cluster, err = newClusterWiring(cfg, s.reg, log); err != nil {
 		return nil, err
@@ -120,6 +126,10 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
 	if s.cluster != nil {
 		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
 	}
+	if s.discovery, err = newDiscoveryWiring(cfg.Discovery.Kubernetes, o.kube, s, log); err != nil {
+		return nil, err
+	}
+	s.discovery.observe(s.Metrics)
 	s.status = &statusPage{pool: s.Pool, admin: s.admin, router: s.Router, metrics: s.Metrics, dir: s.reg.dir, now: time.Now}
 	s.status.sampler = newStatusSampler(s.Metrics, s.sampledBackends, pdlb.SystemClock())
 	if cfg.Metrics.Enabled {
@@ -159,7 +169,7 @@ func (s *Service) Start() error {
 	}
 	s.cluster.start(s)
 	s.forget.start()
-	return nil
+	return s.discovery.start()
 }
 
 func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
@@ -243,6 +253,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 	s.forget.stop()
 	s.cluster.shutdown()
+	s.discovery.stop()
 	s.admin.Close()
 	s.reg.shutdown(ctx)
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
