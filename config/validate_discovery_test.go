@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"strings"
 	"testing"
 )
 
@@ -13,12 +12,7 @@ func TestValidateDiscovery(t *testing.T) {
 		c.Discovery.Kubernetes.DecodeSelector = "app=sglang,role=decode"
 	}
 	k := func(c *Config) *Kubernetes { on(c); return &c.Discovery.Kubernetes }
-	tests := []struct {
-		name    string
-		mutate  func(c *Config)
-		wantKey string
-		wantMsg string
-	}{
+	tests := []refusal{
 		{"no selector", func(c *Config) { k(c).PrefillSelector, k(c).DecodeSelector = "", "" }, "discovery.kubernetes.prefill_selector", "needs prefill_selector, decode_selector or both"},
 		{"bad prefill selector", func(c *Config) { k(c).PrefillSelector = "app=sglang,role in prefill" }, "discovery.kubernetes.prefill_selector", `"app=sglang,role in prefill" is not a label selector`},
 		{"bad decode selector", func(c *Config) { k(c).DecodeSelector = "role in (decode" }, "discovery.kubernetes.decode_selector", "is not a label selector"},
@@ -31,20 +25,7 @@ func TestValidateDiscovery(t *testing.T) {
 		{"bootstrap annotation", func(c *Config) { k(c).BootstrapPortAnnotation = "/port" }, "discovery.kubernetes.bootstrap_port_annotation", "not an annotation key"},
 		{"no prefill at all", func(c *Config) { k(c).PrefillSelector = ""; c.Prefill = nil }, "prefill", "or discovery.kubernetes.prefill_selector"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c)
-			err := c.Validate()
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("Validate() = %v, want *Error for %s", err, tt.wantKey)
-			}
-			if ce.Key != tt.wantKey || !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Fatalf("Validate() = %q (key %q), want key %q containing %q", err, ce.Key, tt.wantKey, tt.wantMsg)
-			}
-		})
-	}
+	checkRefusals(t, tests)
 }
 
 // With discovery a role whose selector is set needs no static backend; the

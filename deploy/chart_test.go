@@ -103,33 +103,25 @@ func render(t *testing.T, values string) rendered {
 		var obj any
 		switch meta.APIVersion + " " + meta.Kind {
 		case "apps/v1 Deployment":
-			r.deployment = &appsv1.Deployment{}
-			obj = r.deployment
+			obj = fresh(&r.deployment)
 		case "v1 Service":
 			s := &corev1.Service{}
 			r.services = append(r.services, s)
 			obj = s
 		case "v1 ConfigMap":
-			r.configMap = &corev1.ConfigMap{}
-			obj = r.configMap
+			obj = fresh(&r.configMap)
 		case "policy/v1 PodDisruptionBudget":
-			r.pdb = &policyv1.PodDisruptionBudget{}
-			obj = r.pdb
+			obj = fresh(&r.pdb)
 		case "v1 ServiceAccount":
-			r.serviceAccount = &corev1.ServiceAccount{}
-			obj = r.serviceAccount
+			obj = fresh(&r.serviceAccount)
 		case "rbac.authorization.k8s.io/v1 Role":
-			r.role = &rbacv1.Role{}
-			obj = r.role
+			obj = fresh(&r.role)
 		case "rbac.authorization.k8s.io/v1 RoleBinding":
-			r.roleBinding = &rbacv1.RoleBinding{}
-			obj = r.roleBinding
+			obj = fresh(&r.roleBinding)
 		case "rbac.authorization.k8s.io/v1 ClusterRole":
-			r.clusterRole = &rbacv1.ClusterRole{}
-			obj = r.clusterRole
+			obj = fresh(&r.clusterRole)
 		case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
-			r.clusterRoleBinding = &rbacv1.ClusterRoleBinding{}
-			obj = r.clusterRoleBinding
+			obj = fresh(&r.clusterRoleBinding)
 		default:
 			t.Fatalf("the chart renders an object the test does not check: %s %s", meta.APIVersion, meta.Kind)
 		}
@@ -141,6 +133,12 @@ func render(t *testing.T, values string) rendered {
 		t.Fatalf("the chart renders no Deployment, ConfigMap or Service:\n%s", out)
 	}
 	return r
+}
+
+// fresh points *p at a new T to decode a document into.
+func fresh[T any](p **T) *T {
+	*p = new(T)
+	return *p
 }
 
 // pdlbConfig loads the ConfigMap's config.yaml with pdlb's own loader and
