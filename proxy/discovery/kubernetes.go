@@ -44,6 +44,7 @@ type Kubernetes struct {
 	factories []informers.SharedInformerFactory
 	stop      chan struct{}
 	stopOnce  sync.Once
+	wg        sync.WaitGroup // the first-list logger
 }
 
 type roleSelector struct {
@@ -108,6 +109,15 @@ func (k *Kubernetes) Start() error {
 		if err != nil {
 			return fmt.Errorf("discovery: %v", err)
 		}
+		// In pdlb's log rather than only client-go's own (klog, stderr): a
+		// missing RBAC grant shows here, retried with backoff meanwhile.
+		role := rs.role.String()
+		err = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+			k.log.Warn().Err(err).Str("role", role).Msg("listing or watching pods failed; retrying (pdlb needs get, list and watch on pods)")
+		})
+		if err != nil {
+			return fmt.Errorf("discovery: %v", err)
+		}
 		k.factories = append(k.factories, f)
 		f.Start(k.stop)
 	}
@@ -120,14 +130,20 @@ func (k *Kubernetes) Start() error {
 		sels.Str(rs.role.String(), rs.sel.String())
 	}
 	k.log.Info().Str("namespace", ns).Dict("selectors", sels).Msg("watching pods")
+	k.wg.Go(func() {
+		if k.synced(k.stop) {
+			n := k.Joined()
+			k.log.Info().Int("prefill", n[proxy.Prefill]).Int("decode", n[proxy.Decode]).Msg("pods listed; watching for changes")
+		}
+	})
 	return nil
 }
 
-// WaitSynced waits until every informer has its first list, or ctx ends
+// synced waits until every informer has its first list, or stop closes
 // (false).
-func (k *Kubernetes) WaitSynced(ctx context.Context) bool {
+func (k *Kubernetes) synced(stop <-chan struct{}) bool {
 	for _, f := range k.factories {
-		for _, ok := range f.WaitForCacheSync(ctx.Done()) {
+		for _, ok := range f.WaitForCacheSync(stop) {
 			if !ok {
 				return false
 			}
@@ -145,6 +161,7 @@ func (k *Kubernetes) Stop() {
 		for _, f := range k.factories {
 			f.Shutdown()
 		}
+		k.wg.Wait()
 	})
 }
 

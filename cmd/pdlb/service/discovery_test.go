@@ -5,15 +5,19 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"pdlb/config"
 	"pdlb/proxy/proxytest"
@@ -385,4 +389,33 @@ func TestDiscoveryWithStaticBackends(t *testing.T) {
 			t.Errorf("%q logged %d times with the pod and its URL, want 1", msg, n)
 		}
 	}
+}
+
+// TestDiscoveryForbiddenIsLogged: while the API server refuses to list pods
+// (RBAC not granted yet) pdlb says so in its own log at warn and serves its
+// file's engines; once allowed, the pods join without a restart.
+func TestDiscoveryForbiddenIsLogged(t *testing.T) {
+	logs := &proxytest.SyncBuffer{}
+	kube := fake.NewClientset()
+	var forbidden atomic.Bool
+	forbidden.Store(true)
+	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if forbidden.Load() {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "", nil)
+		}
+		return false, nil, nil
+	})
+	p, static, d := engine(t), decodeEngine(t, "static"), decodeEngine(t, "pod")
+	l := startKubeLB(t, kube, zerolog.New(logs), func(c *config.Config) {
+		c.Prefill = []config.Prefill{{URL: p.URL}}
+		c.Decode = []config.Decode{{URL: static.URL}}
+	})
+	l.create(t, enginePod(t, "decode-0", "decode", d, nil))
+	within(t, 5*time.Second, "a warning naming the missing grant", func() bool {
+		return countLines(logs.Bytes(), `"level":"warn"`, "needs get, list and watch on pods", "forbidden") > 0
+	})
+	l.servedBy(t, `{"from":"static"}`, "the file's decode serves meanwhile")
+	forbidden.Store(false)
+	within(t, 30*time.Second, "the pod joins once listing is allowed", func() bool { _, body := l.generate(t); return body == `{"from":"pod"}` })
+	within(t, 5*time.Second, "the first list is logged", func() bool { return countLines(logs.Bytes(), "pods listed") == 1 })
 }
