@@ -226,11 +226,11 @@ func (k *Kubernetes) reconcile(role proxy.Role, key string, v verdict, deleted b
 		k.pods[key] = st
 	}
 	st.seen[role] = v.target
+	// A problem is said once: again only when it changes, or after the
+	// pod served in between.
 	if v.warn && st.warned != v.why {
 		st.warned = v.why
 		k.log.Warn().Str("pod", key).Str("role", role.String()).Msg("pod skipped: " + v.why)
-	} else if v.target != nil {
-		st.warned = ""
 	}
 	want := v.target
 	if want == nil {
@@ -258,7 +258,7 @@ func (k *Kubernetes) reconcile(role proxy.Role, key string, v verdict, deleted b
 					k.log.Warn().Str("pod", key).Str("role", want.Role.String()).Str("url", want.URL).Msg("pod skipped: " + msg)
 				}
 			} else {
-				st.joined = want
+				st.joined, st.warned = want, ""
 				k.log.Info().Str("pod", key).Str("role", want.Role.String()).Str("url", want.URL).Msg("pod joined")
 			}
 		}

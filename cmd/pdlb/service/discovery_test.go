@@ -365,6 +365,11 @@ func TestDiscoveryWithStaticBackends(t *testing.T) {
 	l.create(t, pod)
 	dup := enginePod(t, "decode-dup", "decode", static, nil)
 	l.create(t, dup)
+	for i := range 3 { // its status changes: no new warning
+		dup = dup.DeepCopy()
+		dup.Status.Conditions[0].LastProbeTime = metav1.NewTime(time.Unix(int64(i), 0))
+		l.update(t, dup)
+	}
 	within(t, 5*time.Second, "the pod's decode serves beside the file's", func() bool { _, body := l.generate(t); return body == `{"from":"pod"}` })
 
 	cfg := *l.svc.Config()
