@@ -374,8 +374,16 @@ func TestDiscoveryWithStaticBackends(t *testing.T) {
 
 	cfg := *l.svc.Config()
 	cfg.Timeouts.DecodeIdle = time.Minute
+	cfg.Discovery.Kubernetes.DecodeSelector = "app=other" // read at start only: kept, and said so
 	if err := l.svc.Apply(&cfg); err != nil {
 		t.Fatal(err)
+	}
+	if got := l.svc.Config(); got.Discovery.Kubernetes.DecodeSelector != "app=sglang,role=decode" || got.Timeouts.DecodeIdle != time.Minute {
+		t.Fatalf("after the reload: decode_selector %q, decode_idle %v; want the running selector kept, the timeout applied",
+			got.Discovery.Kubernetes.DecodeSelector, got.Timeouts.DecodeIdle)
+	}
+	if !strings.Contains(string(logs.Bytes()), `"keys":["discovery"]`) {
+		t.Errorf("the reload did not say discovery keeps its running values:\n%s", logs.Bytes())
 	}
 	before := podEngine.Count()
 	within(t, 5*time.Second, "the pod's decode still serves after a reload", func() bool { _, body := l.generate(t); return podEngine.Count() > before && body == `{"from":"pod"}` })
