@@ -26,6 +26,22 @@ type refusal struct {
 	wantMsg string
 }
 
+// checkConfigError: err is an *Error naming wantKey, its message
+// containing wantMsg.
+func checkConfigError(t *testing.T, err error, wantKey, wantMsg string) {
+	t.Helper()
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v (%T), want *config.Error", err, err)
+	}
+	if ce.Key != wantKey {
+		t.Errorf("key = %q, want %q (%v)", ce.Key, wantKey, err)
+	}
+	if !strings.Contains(err.Error(), wantMsg) {
+		t.Errorf("err = %q, want it to contain %q", err, wantMsg)
+	}
+}
+
 func checkRefusals(t *testing.T, tests []refusal) {
 	t.Helper()
 	for _, tt := range tests {
@@ -33,16 +49,7 @@ func checkRefusals(t *testing.T, tests []refusal) {
 			c := validConfig()
 			tt.mutate(&c)
 			err := c.Validate()
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("err = %v (%T), want *config.Error", err, err)
-			}
-			if ce.Key != tt.wantKey {
-				t.Errorf("key = %q, want %q (%v)", ce.Key, tt.wantKey, err)
-			}
-			if !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("err = %q, want it to contain %q", err, tt.wantMsg)
-			}
+			checkConfigError(t, err, tt.wantKey, tt.wantMsg)
 			if !strings.HasPrefix(err.Error(), "config: "+tt.wantKey+": ") {
 				t.Errorf("err = %q, want the form \"config: KEY: problem\"", err)
 			}
