@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
 )
@@ -41,10 +43,13 @@ type Kubernetes struct {
 	mu   sync.Mutex
 	pods map[string]*podState // by "namespace/name"
 
+	informers []cache.SharedIndexInformer
 	factories []informers.SharedInformerFactory
-	stop      chan struct{}
+	clock     pdlb.Clock
+	ctx       context.Context // ends at Stop
+	cancel    context.CancelFunc
 	stopOnce  sync.Once
-	wg        sync.WaitGroup // the first-list logger
+	wg        sync.WaitGroup // the first-list watcher
 }
 
 type roleSelector struct {
@@ -64,15 +69,16 @@ type podState struct {
 }
 
 // NewKubernetes watches namespace ("" for all) through client; cfg is
-// valid (config.Validate).
-func NewKubernetes(client kubernetes.Interface, namespace string, cfg config.Kubernetes, sink Sink, log zerolog.Logger) (*Kubernetes, error) {
+// valid (config.Validate); clock paces the first list's check.
+func NewKubernetes(client kubernetes.Interface, namespace string, cfg config.Kubernetes, sink Sink, clock pdlb.Clock, log zerolog.Logger) (*Kubernetes, error) {
 	k := &Kubernetes{
 		client: client, namespace: namespace, sink: sink,
 		ports: ports{httpName: cfg.HTTPPortName, httpAnnotation: cfg.HTTPPortAnnotation, bootstrapAnnotation: cfg.BootstrapPortAnnotation},
 		log:   log.With().Str("component", "discovery").Logger(),
 		pods:  map[string]*podState{},
-		stop:  make(chan struct{}),
+		clock: clock.OrSystem(),
 	}
+	k.ctx, k.cancel = context.WithCancel(context.Background())
 	for _, r := range []struct {
 		role proxy.Role
 		sel  string
@@ -118,8 +124,8 @@ func (k *Kubernetes) Start() error {
 		if err != nil {
 			return fmt.Errorf("discovery: %v", err)
 		}
-		k.factories = append(k.factories, f)
-		f.Start(k.stop)
+		k.informers, k.factories = append(k.informers, inf), append(k.factories, f)
+		f.Start(k.ctx.Done())
 	}
 	ns := k.namespace
 	if ns == "" {
@@ -130,23 +136,41 @@ func (k *Kubernetes) Start() error {
 		sels.Str(rs.role.String(), rs.sel.String())
 	}
 	k.log.Info().Str("namespace", ns).Dict("selectors", sels).Msg("watching pods")
-	k.wg.Go(func() {
-		if k.synced(k.stop) {
-			n := k.Joined()
-			k.log.Info().Int("prefill", n[proxy.Prefill]).Int("decode", n[proxy.Decode]).Msg("pods listed; watching for changes")
-		}
-	})
+	k.wg.Go(k.watchFirstList)
 	return nil
 }
 
-// synced waits until every informer has its first list, or stop closes
-// (false).
-func (k *Kubernetes) synced(stop <-chan struct{}) bool {
-	for _, f := range k.factories {
-		for _, ok := range f.WaitForCacheSync(stop) {
-			if !ok {
-				return false
-			}
+// listCheck is how often the first list is looked for; listWarn how long
+// it may take before pdlb says so (and again each listWarn).
+const (
+	listCheck = 100 * time.Millisecond
+	listWarn  = 10 * time.Second
+)
+
+// watchFirstList logs the first list of every informer, and warns while
+// there is none: client-go retries an unreachable API server on its own
+// and says so only in its debug log.
+func (k *Kubernetes) watchFirstList() {
+	for waited := time.Duration(0); ; {
+		if k.clock.Sleep(k.ctx, listCheck) != nil {
+			return
+		}
+		waited += listCheck
+		if k.synced() {
+			n := k.Joined()
+			k.log.Info().Int("prefill", n[proxy.Prefill]).Int("decode", n[proxy.Decode]).Msg("pods listed; watching for changes")
+			return
+		}
+		if waited%listWarn == 0 {
+			k.log.Warn().Dur("waited", waited).Msg("pods not listed yet: is the API server reachable? (client-go keeps retrying)")
+		}
+	}
+}
+
+func (k *Kubernetes) synced() bool {
+	for _, inf := range k.informers {
+		if !inf.HasSynced() {
+			return false
 		}
 	}
 	return true
@@ -157,7 +181,7 @@ func (k *Kubernetes) synced(stop <-chan struct{}) bool {
 // by someone else's reckoning from now on).
 func (k *Kubernetes) Stop() {
 	k.stopOnce.Do(func() {
-		close(k.stop)
+		k.cancel()
 		for _, f := range k.factories {
 			f.Shutdown()
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"k8s.io/client-go/kubernetes"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/proxy/discovery"
@@ -18,8 +19,15 @@ import (
 // Option changes how New builds a Service.
 type Option func(*options)
 
+// withClock paces discovery's check for its first list with c (tests).
+func withClock(c pdlb.Clock) Option {
+	return func(o *options) { o.clock = c }
+}
+
 type options struct {
 	kube kubernetes.Interface
+	// clock paces discovery's check for its first list; zero: the system's.
+	clock pdlb.Clock
 }
 
 // WithKubernetes makes discovery.kubernetes talk to client instead of the
@@ -45,13 +53,14 @@ type discoveryWiring struct {
 
 // newDiscoveryWiring connects to the API server (nothing is sent yet), or
 // returns nil when discovery is off.
-func newDiscoveryWiring(cfg config.Kubernetes, client kubernetes.Interface, s *Service, log zerolog.Logger) (*discoveryWiring, error) {
+func newDiscoveryWiring(cfg config.Kubernetes, o options, s *Service, log zerolog.Logger) (*discoveryWiring, error) {
 	if !cfg.Enabled {
 		return nil, nil
 	}
 	var (
-		ns  string
-		err error
+		ns     string
+		err    error
+		client = o.kube
 	)
 	if client == nil {
 		client, ns, err = discovery.Connect(cfg)
@@ -62,7 +71,7 @@ func newDiscoveryWiring(cfg config.Kubernetes, client kubernetes.Interface, s *S
 		return nil, err
 	}
 	d := &discoveryWiring{s: s, held: map[string]*proxy.Backend{}}
-	if d.kube, err = discovery.NewKubernetes(client, ns, cfg, d, log); err != nil {
+	if d.kube, err = discovery.NewKubernetes(client, ns, cfg, d, o.clock, log); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"pdlb"
 	"pdlb/config"
 	"pdlb/proxy/proxytest"
 )
@@ -42,6 +43,11 @@ type kubeLB struct {
 // change adds some.
 func startKubeLB(t *testing.T, client kubernetes.Interface, log zerolog.Logger, change ...func(*config.Config)) *kubeLB {
 	t.Helper()
+	return startKubeLBWith(t, client, log, nil, change...)
+}
+
+func startKubeLBWith(t *testing.T, client kubernetes.Interface, log zerolog.Logger, opts []Option, change ...func(*config.Config)) *kubeLB {
+	t.Helper()
 	cfg := testConfig()
 	cfg.Discovery.Kubernetes = config.Default().Discovery.Kubernetes
 	k := &cfg.Discovery.Kubernetes
@@ -50,7 +56,7 @@ func startKubeLB(t *testing.T, client kubernetes.Interface, log zerolog.Logger, 
 	for _, c := range change {
 		c(&cfg)
 	}
-	svc, err := New(&cfg, log, WithKubernetes(client))
+	svc, err := New(&cfg, log, append(opts, WithKubernetes(client))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,8 +411,10 @@ func TestDiscoveryWithStaticBackends(t *testing.T) {
 }
 
 // TestDiscoveryForbiddenIsLogged: while the API server refuses to list pods
-// (RBAC not granted yet) pdlb says so in its own log at warn and serves its
-// file's engines; once allowed, the pods join without a restart.
+// (RBAC not granted yet) pdlb says so in its own log at warn, and again
+// that no list came after 10 s (on a clock a hundred times faster), and
+// serves its file's engines; once allowed, the pods join without a
+// restart and the first list is logged.
 func TestDiscoveryForbiddenIsLogged(t *testing.T) {
 	logs := &proxytest.SyncBuffer{}
 	kube := fake.NewClientset()
@@ -419,11 +427,15 @@ func TestDiscoveryForbiddenIsLogged(t *testing.T) {
 		return false, nil, nil
 	})
 	p, static, d := engine(t), decodeEngine(t, "static"), decodeEngine(t, "pod")
-	l := startKubeLB(t, kube, zerolog.New(logs), func(c *config.Config) {
+	fast := pdlb.Clock{Sleep: func(ctx context.Context, d time.Duration) error { return pdlb.SleepContext(ctx, d/100) }}
+	l := startKubeLBWith(t, kube, zerolog.New(logs), []Option{withClock(fast)}, func(c *config.Config) {
 		c.Prefill = []config.Prefill{{URL: p.URL}}
 		c.Decode = []config.Decode{{URL: static.URL}}
 	})
 	l.create(t, enginePod(t, "decode-0", "decode", d, nil))
+	within(t, 5*time.Second, "a warning that no list came after 10s", func() bool {
+		return countLines(logs.Bytes(), `"level":"warn"`, "pods not listed yet", `"waited":10000`) == 1
+	})
 	within(t, 5*time.Second, "a warning naming the missing grant", func() bool {
 		return countLines(logs.Bytes(), `"level":"warn"`, "needs get, list and watch on pods", "forbidden") > 0
 	})

@@ -126,7 +126,7 @@ func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, er
 	if s.cluster != nil {
 		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
 	}
-	if s.discovery, err = newDiscoveryWiring(cfg.Discovery.Kubernetes, o.kube, s, log); err != nil {
+	if s.discovery, err = newDiscoveryWiring(cfg.Discovery.Kubernetes, o, s, log); err != nil {
 		return nil, err
 	}
 	s.discovery.observe(s.Metrics)
