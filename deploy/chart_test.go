@@ -141,6 +141,9 @@ func fresh[T any](p **T) *T {
 	return *p
 }
 
+// testPodIP stands for the pod's IP (the downward API's status.podIP).
+const testPodIP = "10.244.0.9"
+
 // pdlbConfig loads the ConfigMap's config.yaml with pdlb's own loader and
 // validation, with the container's environment.
 func (r rendered) pdlbConfig(t *testing.T) *config.Config {
@@ -152,7 +155,10 @@ func (r rendered) pdlbConfig(t *testing.T) *config.Config {
 	var env []string
 	for _, e := range r.deployment.Spec.Template.Spec.Containers[0].Env {
 		value := e.Value
-		if e.ValueFrom != nil {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
+			value = testPodIP
+		case e.ValueFrom != nil:
 			value = "from-a-secret"
 		}
 		env = append(env, e.Name+"="+value)
@@ -358,6 +364,10 @@ config:
 	checkBinding(t, r, r.roleBinding.RoleRef, r.roleBinding.Subjects, "Role", r.role.Name)
 	if a := r.serviceAccount.AutomountServiceAccountToken; a == nil || !*a {
 		t.Errorf("discovery needs the ServiceAccount's token mounted (in-cluster config), automount is %v", a)
+	}
+	// Each replica tells the decodes its own registry's address.
+	if cfg.Bootstrap.AdvertiseHost != testPodIP {
+		t.Errorf("bootstrap.advertise_host %q, want the pod's IP (status.podIP)", cfg.Bootstrap.AdvertiseHost)
 	}
 }
 
