@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"pdlb"
@@ -31,7 +31,7 @@ type Sink interface {
 // Kubernetes keeps a Sink's backends equal to the Ready pods of the
 // selectors: one informer per role, their events reconciled per pod.
 type Kubernetes struct {
-	client    kubernetes.Interface
+	client    Pods
 	namespace string
 	sink      Sink
 	ports     ports
@@ -44,12 +44,11 @@ type Kubernetes struct {
 	pods map[string]*podState // by "namespace/name"
 
 	informers []cache.SharedIndexInformer
-	factories []informers.SharedInformerFactory
 	clock     pdlb.Clock
 	ctx       context.Context // ends at Stop
 	cancel    context.CancelFunc
 	stopOnce  sync.Once
-	wg        sync.WaitGroup // the first-list watcher
+	wg        sync.WaitGroup // the informers and the first-list watcher
 }
 
 type roleSelector struct {
@@ -70,7 +69,7 @@ type podState struct {
 
 // NewKubernetes watches namespace ("" for all) through client; cfg is
 // valid (config.Validate); clock paces the first list's check.
-func NewKubernetes(client kubernetes.Interface, namespace string, cfg config.Kubernetes, sink Sink, clock pdlb.Clock, log zerolog.Logger) (*Kubernetes, error) {
+func NewKubernetes(client Pods, namespace string, cfg config.Kubernetes, sink Sink, clock pdlb.Clock, log zerolog.Logger) (*Kubernetes, error) {
 	k := &Kubernetes{
 		client: client, namespace: namespace, sink: sink,
 		ports: ports{httpName: cfg.HTTPPortName, httpAnnotation: cfg.HTTPPortAnnotation, bootstrapAnnotation: cfg.BootstrapPortAnnotation},
@@ -99,14 +98,24 @@ func NewKubernetes(client kubernetes.Interface, namespace string, cfg config.Kub
 // join as the lists arrive.
 func (k *Kubernetes) Start() error {
 	for _, rs := range k.roles {
+		// The API server sends this role's pods only; a pod whose labels
+		// stop matching is deleted from this informer's view.
+		sel := rs.sel.String()
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = sel
+				return k.client.List(ctx, k.namespace, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = sel
+				return k.client.Watch(ctx, k.namespace, o)
+			},
+		}
 		// No resync (0): the pods' own events are enough; a resync would
-		// replay every pod through reconcile for nothing.
-		f := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
-			informers.WithNamespace(k.namespace),
-			// The API server sends this role's pods only; a pod whose labels
-			// stop matching is deleted from this informer's view.
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = rs.sel.String() }))
-		inf := f.Core().V1().Pods().Informer()
+		// replay every pod through reconcile for nothing. The client says
+		// whether it can stream the first list through a watch (the fake
+		// clientset cannot), as client-go's informer factory asks it.
+		inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, k.client), &corev1.Pod{}, 0, cache.Indexers{})
 		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { k.observe(rs, obj, false) },
 			UpdateFunc: func(_, obj any) { k.observe(rs, obj, false) },
@@ -124,8 +133,10 @@ func (k *Kubernetes) Start() error {
 		if err != nil {
 			return fmt.Errorf("discovery: %v", err)
 		}
-		k.informers, k.factories = append(k.informers, inf), append(k.factories, f)
-		f.Start(k.ctx.Done())
+		k.informers = append(k.informers, inf)
+	}
+	for _, inf := range k.informers {
+		k.wg.Go(func() { inf.RunWithContext(k.ctx) })
 	}
 	ns := k.namespace
 	if ns == "" {
@@ -182,9 +193,6 @@ func (k *Kubernetes) synced() bool {
 func (k *Kubernetes) Stop() {
 	k.stopOnce.Do(func() {
 		k.cancel()
-		for _, f := range k.factories {
-			f.Shutdown()
-		}
 		k.wg.Wait()
 	})
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
-	"k8s.io/client-go/kubernetes"
 
 	"pdlb"
 	"pdlb/config"
@@ -25,14 +24,15 @@ func withClock(c pdlb.Clock) Option {
 }
 
 type options struct {
-	kube kubernetes.Interface
+	kube discovery.Pods
 	// clock paces discovery's check for its first list; zero: the system's.
 	clock pdlb.Clock
 }
 
-// WithKubernetes makes discovery.kubernetes talk to client instead of the
-// API server its config names (tests pass client-go's fake clientset).
-func WithKubernetes(client kubernetes.Interface) Option {
+// WithKubernetes makes discovery.kubernetes list and watch pods through
+// client instead of the API server its config names (tests pass
+// client-go's fake clientset behind it).
+func WithKubernetes(client discovery.Pods) Option {
 	return func(o *options) { o.kube = client }
 }
 

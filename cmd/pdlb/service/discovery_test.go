@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -35,18 +35,36 @@ const testNamespace = "llm"
 type kubeLB struct {
 	url  string
 	svc  *Service
-	kube kubernetes.Interface
+	kube *fake.Clientset
+}
+
+// fakePods lists and watches pods through client-go's fake clientset,
+// where pdlb's own client asks the API server.
+type fakePods struct{ c *fake.Clientset }
+
+func (p fakePods) List(ctx context.Context, ns string, o metav1.ListOptions) (*corev1.PodList, error) {
+	return p.c.CoreV1().Pods(ns).List(ctx, o)
+}
+
+func (p fakePods) Watch(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+	return p.c.CoreV1().Pods(ns).Watch(ctx, o)
+}
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector that the
+// fake clientset cannot stream the first list through a watch.
+func (p fakePods) IsWatchListSemanticsUnSupported() bool {
+	return p.c.IsWatchListSemanticsUnSupported()
 }
 
 // startKubeLB runs a Service with discovery.kubernetes on (app=sglang,
 // role=prefill|decode in namespace llm) and no static engine unless cfg's
 // change adds some.
-func startKubeLB(t *testing.T, client kubernetes.Interface, log zerolog.Logger, change ...func(*config.Config)) *kubeLB {
+func startKubeLB(t *testing.T, client *fake.Clientset, log zerolog.Logger, change ...func(*config.Config)) *kubeLB {
 	t.Helper()
 	return startKubeLBWith(t, client, log, nil, change...)
 }
 
-func startKubeLBWith(t *testing.T, client kubernetes.Interface, log zerolog.Logger, opts []Option, change ...func(*config.Config)) *kubeLB {
+func startKubeLBWith(t *testing.T, client *fake.Clientset, log zerolog.Logger, opts []Option, change ...func(*config.Config)) *kubeLB {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Discovery.Kubernetes = config.Default().Discovery.Kubernetes
@@ -56,7 +74,7 @@ func startKubeLBWith(t *testing.T, client kubernetes.Interface, log zerolog.Logg
 	for _, c := range change {
 		c(&cfg)
 	}
-	svc, err := New(&cfg, log, append(opts, WithKubernetes(client))...)
+	svc, err := New(&cfg, log, append(opts, WithKubernetes(fakePods{client}))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func startLB(t *testing.T, prefills, decodes []*proxytest.Engine, opts ...lbOpti
 	}
 	var opts2 []Option
 	if cfg.Discovery.Kubernetes.Enabled { // an API server without a pod
-		opts2 = append(opts2, WithKubernetes(fake.NewClientset()))
+		opts2 = append(opts2, WithKubernetes(fakePods{fake.NewClientset()}))
 	}
 	svc := startService(t, &cfg, testLog(t), opts2...)
 	return &lb{URL: "http://" + svc.Addr(), pool: svc.Pool, svc: svc}
