@@ -24,6 +24,7 @@ type Config struct {
 	Policy    Policy    `koanf:"policy"`
 	Tracing   Tracing   `koanf:"tracing"`
 	Cluster   Cluster   `koanf:"cluster"`
+	Discovery Discovery `koanf:"discovery"`
 
 	// UpstreamTLS is how pdlb speaks to https:// backends.
 	UpstreamTLS UpstreamTLS `koanf:"upstream_tls"`
@@ -453,4 +454,44 @@ type Etcd struct {
 	CertFile string `koanf:"cert_file"`
 	// KeyFile is CertFile's private key (PEM). Default "".
 	KeyFile string `koanf:"key_file"`
+}
+
+// Discovery finds backends at runtime, besides the prefill and decode
+// lists above (both kinds serve side by side).
+type Discovery struct {
+	// Kubernetes watches Pods through the Kubernetes API.
+	Kubernetes Kubernetes `koanf:"kubernetes"`
+}
+
+// Kubernetes discovers prefill and decode pods by label: a pod that is
+// Ready joins its role; one that is deleted, turns not Ready or loses its
+// role's labels drains (its requests finish) and leaves. Read at start
+// only.
+type Kubernetes struct {
+	// Enabled turns discovery on. Default false.
+	Enabled bool `koanf:"enabled"`
+	// Kubeconfig is a kubeconfig file for running outside the cluster;
+	// empty uses the pod's service account (in-cluster). Default "".
+	Kubeconfig string `koanf:"kubeconfig"`
+	// Namespace whose pods are watched; empty is pdlb's own (its service
+	// account's namespace, or the kubeconfig context's); "*" watches every
+	// namespace (RBAC: a ClusterRole). Default "".
+	Namespace string `koanf:"namespace"`
+	// PrefillSelector is the label selector of prefill pods, as kubectl
+	// -l takes it ("app=sglang,role=prefill"); empty discovers no
+	// prefill. Default "".
+	PrefillSelector string `koanf:"prefill_selector"`
+	// DecodeSelector is the label selector of decode pods; empty
+	// discovers no decode. Default "".
+	DecodeSelector string `koanf:"decode_selector"`
+	// HTTPPortName is the name of the container port the engine serves
+	// HTTP on. Default "http".
+	HTTPPortName string `koanf:"http_port_name"`
+	// HTTPPortAnnotation, on a pod, gives its HTTP port as a number and
+	// wins over the named port. Default "sglang.ai/http-port".
+	HTTPPortAnnotation string `koanf:"http_port_annotation"`
+	// BootstrapPortAnnotation, on a prefill pod, gives its KV bootstrap
+	// port; a prefill without it has a null bootstrap port (the decode's
+	// default, 8998). Default "sglang.ai/bootstrap-port".
+	BootstrapPortAnnotation string `koanf:"bootstrap_port_annotation"`
 }

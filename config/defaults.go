@@ -92,5 +92,10 @@ func Default() Config {
 			RequestTimeout: 3 * time.Second,
 			LeaseTTL:       10 * time.Second,
 		}},
+		Discovery: Discovery{Kubernetes: Kubernetes{
+			HTTPPortName:            "http",
+			HTTPPortAnnotation:      "sglang.ai/http-port",
+			BootstrapPortAnnotation: "sglang.ai/bootstrap-port",
+		}},
 	}
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -202,16 +201,7 @@ func TestLoadErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Load(tt.src)
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("err = %v (%T), want *config.Error", err, err)
-			}
-			if ce.Key != tt.wantKey {
-				t.Errorf("key = %q, want %q (%v)", ce.Key, tt.wantKey, err)
-			}
-			if !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("err = %q, want it to mention %q", err, tt.wantMsg)
-			}
+			checkConfigError(t, err, tt.wantKey, tt.wantMsg)
 			if strings.Contains(err.Error(), "\n") {
 				t.Errorf("err spans lines: %q", err)
 			}

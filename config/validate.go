@@ -35,6 +35,7 @@ func (c *Config) Validate() error {
 		c.checkCacheAware,
 		c.checkTracing,
 		c.checkCluster,
+		c.checkDiscovery,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -125,11 +126,12 @@ func (c *Config) checkBackends() *Error {
 			return err
 		}
 	}
-	if len(c.Prefill) == 0 {
-		return errorf("prefill", "at least one prefill backend is required")
+	k := c.Discovery.Kubernetes
+	if len(c.Prefill) == 0 && !(k.Enabled && k.PrefillSelector != "") {
+		return errorf("prefill", "at least one prefill backend is required (or discovery.kubernetes.prefill_selector)")
 	}
-	if len(c.Decode) == 0 {
-		return errorf("decode", "at least one decode backend is required")
+	if len(c.Decode) == 0 && !(k.Enabled && k.DecodeSelector != "") {
+		return errorf("decode", "at least one decode backend is required (or discovery.kubernetes.decode_selector)")
 	}
 	return nil
 }

@@ -1,20 +1,13 @@
 package config
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 )
 
 func TestValidateCluster(t *testing.T) {
 	cluster := func(c *Config) { c.Cluster.Etcd.Endpoints = []string{"http://127.0.0.1:2379"} }
-	tests := []struct {
-		name    string
-		mutate  func(c *Config)
-		wantKey string
-		wantMsg string
-	}{
+	tests := []refusal{
 		{"endpoint no port", func(c *Config) { c.Cluster.Etcd.Endpoints = []string{"etcd-0"} }, "cluster.etcd.endpoints[0]", "not host:port"},
 		{"endpoint scheme", func(c *Config) { c.Cluster.Etcd.Endpoints = []string{"127.0.0.1:2379", "grpc://e:2379"} }, "cluster.etcd.endpoints[1]", "http or https"},
 		{"endpoint path", func(c *Config) { c.Cluster.Etcd.Endpoints = []string{"http://e:2379/v3"} }, "cluster.etcd.endpoints[0]", "no path"},
@@ -28,20 +21,7 @@ func TestValidateCluster(t *testing.T) {
 		{"cert without key", func(c *Config) { cluster(c); c.Cluster.Etcd.CertFile = "c.pem" }, "cluster.etcd.cert_file", "go together"},
 		{"forget_after without health", func(c *Config) { c.Bootstrap.ForgetAfter = time.Minute; c.Health.Interval = 0 }, "bootstrap.forget_after", "health.interval"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c)
-			err := c.Validate()
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("Validate() = %v, want *Error for %s", err, tt.wantKey)
-			}
-			if ce.Key != tt.wantKey || !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Fatalf("Validate() = %q (key %q), want key %q containing %q", err, ce.Key, tt.wantKey, tt.wantMsg)
-			}
-		})
-	}
+	checkRefusals(t, tests)
 }
 
 // Without endpoints the cluster keys are not read, so nothing in them may

@@ -17,13 +17,48 @@ func validConfig() Config {
 
 func intp(n int) *int { return &n }
 
+// refusal is a change to validConfig that Validate must refuse with an
+// *Error naming wantKey, its message containing wantMsg.
+type refusal struct {
+	name    string
+	mutate  func(c *Config)
+	wantKey string
+	wantMsg string
+}
+
+// checkConfigError: err is an *Error naming wantKey, its message
+// containing wantMsg.
+func checkConfigError(t *testing.T, err error, wantKey, wantMsg string) {
+	t.Helper()
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v (%T), want *config.Error", err, err)
+	}
+	if ce.Key != wantKey {
+		t.Errorf("key = %q, want %q (%v)", ce.Key, wantKey, err)
+	}
+	if !strings.Contains(err.Error(), wantMsg) {
+		t.Errorf("err = %q, want it to contain %q", err, wantMsg)
+	}
+}
+
+func checkRefusals(t *testing.T, tests []refusal) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			checkConfigError(t, err, tt.wantKey, tt.wantMsg)
+			if !strings.HasPrefix(err.Error(), "config: "+tt.wantKey+": ") {
+				t.Errorf("err = %q, want the form \"config: KEY: problem\"", err)
+			}
+		})
+	}
+}
+
 func TestValidate(t *testing.T) {
-	tests := []struct {
-		name    string
-		mutate  func(c *Config)
-		wantKey string
-		wantMsg string
-	}{
+	tests := []refusal{
 		{"server port high", func(c *Config) { c.Server.Port = 70000 }, "server.port", "70000 out of range 1..65535"},
 		{"server port zero", func(c *Config) { c.Server.Port = 0 }, "server.port", "out of range"},
 		{"admin port high", func(c *Config) { c.Admin.Port = 65536 }, "admin.port", "out of range 0..65535"},
@@ -95,26 +130,7 @@ func TestValidate(t *testing.T) {
 		{"max batch zero", func(c *Config) { c.Limits.MaxBatchSize = 0 }, "limits.max_batch_size", "must be at least 1"},
 		{"health threshold", func(c *Config) { c.Health.FailThreshold = 0 }, "health.fail_threshold", "at least 1"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c)
-			err := c.Validate()
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("err = %v (%T), want *config.Error", err, err)
-			}
-			if ce.Key != tt.wantKey {
-				t.Errorf("key = %q, want %q (%v)", ce.Key, tt.wantKey, err)
-			}
-			if !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("err = %q, want it to contain %q", err, tt.wantMsg)
-			}
-			if !strings.HasPrefix(err.Error(), "config: "+tt.wantKey+": ") {
-				t.Errorf("err = %q, want the form \"config: KEY: problem\"", err)
-			}
-		})
-	}
+	checkRefusals(t, tests)
 }
 
 // Cases that look odd but are allowed, so the checks above are not too eager.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -75,6 +77,12 @@ type rendered struct {
 	configMap      *corev1.ConfigMap
 	pdb            *policyv1.PodDisruptionBudget
 	serviceAccount *corev1.ServiceAccount
+	// RBAC for discovery: a Role and RoleBinding, or with every namespace
+	// watched a ClusterRole and ClusterRoleBinding.
+	role               *rbacv1.Role
+	roleBinding        *rbacv1.RoleBinding
+	clusterRole        *rbacv1.ClusterRole
+	clusterRoleBinding *rbacv1.ClusterRoleBinding
 }
 
 func render(t *testing.T, values string) rendered {
@@ -95,21 +103,25 @@ func render(t *testing.T, values string) rendered {
 		var obj any
 		switch meta.APIVersion + " " + meta.Kind {
 		case "apps/v1 Deployment":
-			r.deployment = &appsv1.Deployment{}
-			obj = r.deployment
+			obj = fresh(&r.deployment)
 		case "v1 Service":
 			s := &corev1.Service{}
 			r.services = append(r.services, s)
 			obj = s
 		case "v1 ConfigMap":
-			r.configMap = &corev1.ConfigMap{}
-			obj = r.configMap
+			obj = fresh(&r.configMap)
 		case "policy/v1 PodDisruptionBudget":
-			r.pdb = &policyv1.PodDisruptionBudget{}
-			obj = r.pdb
+			obj = fresh(&r.pdb)
 		case "v1 ServiceAccount":
-			r.serviceAccount = &corev1.ServiceAccount{}
-			obj = r.serviceAccount
+			obj = fresh(&r.serviceAccount)
+		case "rbac.authorization.k8s.io/v1 Role":
+			obj = fresh(&r.role)
+		case "rbac.authorization.k8s.io/v1 RoleBinding":
+			obj = fresh(&r.roleBinding)
+		case "rbac.authorization.k8s.io/v1 ClusterRole":
+			obj = fresh(&r.clusterRole)
+		case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+			obj = fresh(&r.clusterRoleBinding)
 		default:
 			t.Fatalf("the chart renders an object the test does not check: %s %s", meta.APIVersion, meta.Kind)
 		}
@@ -123,6 +135,15 @@ func render(t *testing.T, values string) rendered {
 	return r
 }
 
+// fresh points *p at a new T to decode a document into.
+func fresh[T any](p **T) *T {
+	*p = new(T)
+	return *p
+}
+
+// testPodIP stands for the pod's IP (the downward API's status.podIP).
+const testPodIP = "10.244.0.9"
+
 // pdlbConfig loads the ConfigMap's config.yaml with pdlb's own loader and
 // validation, with the container's environment.
 func (r rendered) pdlbConfig(t *testing.T) *config.Config {
@@ -134,7 +155,10 @@ func (r rendered) pdlbConfig(t *testing.T) *config.Config {
 	var env []string
 	for _, e := range r.deployment.Spec.Template.Spec.Containers[0].Env {
 		value := e.Value
-		if e.ValueFrom != nil {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
+			value = testPodIP
+		case e.ValueFrom != nil:
 			value = "from-a-secret"
 		}
 		env = append(env, e.Name+"="+value)
@@ -230,6 +254,12 @@ func TestChartDefaults(t *testing.T) {
 	if r.serviceAccount == nil || pod.Spec.ServiceAccountName != r.serviceAccount.Name {
 		t.Errorf("the pods run as %q, the chart creates %+v", pod.Spec.ServiceAccountName, r.serviceAccount)
 	}
+	if r.role != nil || r.roleBinding != nil || r.clusterRole != nil || r.clusterRoleBinding != nil || cfg.Discovery.Kubernetes.Enabled {
+		t.Errorf("discovery is off by default, yet the chart renders RBAC for it (or turns it on)")
+	}
+	if a := r.serviceAccount.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("without discovery the ServiceAccount's token is mounted (%v); pdlb calls no Kubernetes API", a)
+	}
 }
 
 // TestChartValues: values the README documents reach pdlb.
@@ -281,7 +311,7 @@ func TestCIBuildsThisHelm(t *testing.T) {
 // registered; the chart says so instead of rendering.
 func TestChartRefusesASplitRegistry(t *testing.T) {
 	_, err := helmTemplate(t, "replicaCount: 3\nconfig: {bootstrap: {mode: embedded}}\n") // checked before the engines
-	if err == nil || !strings.Contains(err.Error(), "needs config.bootstrap.mode external or off") {
+	if err == nil || !strings.Contains(err.Error(), "needs config.cluster.etcd.endpoints") {
 		t.Fatalf("helm template with 3 replicas and the embedded registry: %v", err)
 	}
 	engines := `prefill: [{url: "http://p:30000"}], decode: [{url: "http://d:30000"}]`
@@ -296,5 +326,104 @@ func TestChartRefusesNoEngines(t *testing.T) {
 	_, err := helmTemplate(t, "config: {decode: [{url: \"http://d:30000\"}]}\n")
 	if err == nil || !strings.Contains(err.Error(), "config.prefill and config.decode must each list at least one engine") {
 		t.Fatalf("helm template without prefills: %v", err)
+	}
+}
+
+// TestChartDiscovery: discovery on renders a Role in the release's namespace
+// that lets pdlb's ServiceAccount get, list and watch pods (and nothing
+// else), mounts its token, and writes the selectors and namespace into the
+// config pdlb loads; the engines may all come from discovery. With etcd
+// endpoints several replicas may keep the embedded registry.
+func TestChartDiscovery(t *testing.T) {
+	r := render(t, `replicaCount: 3
+discovery:
+  enabled: true
+  prefillSelector: app=sglang,role=prefill
+  decodeSelector: app=sglang,role in (decode)
+config:
+  bootstrap: {mode: embedded}
+  cluster: {etcd: {endpoints: ["http://etcd-0.etcd:2379"]}}
+  discovery: {kubernetes: {http_port_name: serve}}
+`)
+	cfg := r.pdlbConfig(t)
+	k := cfg.Discovery.Kubernetes
+	if !k.Enabled || k.Namespace != "llm" || k.PrefillSelector != "app=sglang,role=prefill" || k.DecodeSelector != "app=sglang,role in (decode)" || k.HTTPPortName != "serve" {
+		t.Errorf("pdlb's discovery.kubernetes: %+v", k)
+	}
+	if *r.deployment.Spec.Replicas != 3 || cfg.Bootstrap.Mode != "embedded" || len(cfg.Cluster.Etcd.Endpoints) != 1 {
+		t.Errorf("%d replicas, bootstrap.mode %s, etcd %v; want 3 replicas sharing the embedded registry through etcd",
+			*r.deployment.Spec.Replicas, cfg.Bootstrap.Mode, cfg.Cluster.Etcd.Endpoints)
+	}
+	if r.role == nil || r.roleBinding == nil || r.clusterRole != nil || r.clusterRoleBinding != nil {
+		t.Fatalf("want a Role and a RoleBinding only: %+v %+v %+v %+v", r.role, r.roleBinding, r.clusterRole, r.clusterRoleBinding)
+	}
+	if r.role.Namespace != "llm" || r.roleBinding.Namespace != "llm" {
+		t.Errorf("Role in %q, RoleBinding in %q; want the engines' namespace llm", r.role.Namespace, r.roleBinding.Namespace)
+	}
+	checkPodReadRules(t, r.role.Rules)
+	checkBinding(t, r, r.roleBinding.RoleRef, r.roleBinding.Subjects, "Role", r.role.Name)
+	if a := r.serviceAccount.AutomountServiceAccountToken; a == nil || !*a {
+		t.Errorf("discovery needs the ServiceAccount's token mounted (in-cluster config), automount is %v", a)
+	}
+	// Each replica tells the decodes its own registry's address.
+	if cfg.Bootstrap.AdvertiseHost != testPodIP {
+		t.Errorf("bootstrap.advertise_host %q, want the pod's IP (status.podIP)", cfg.Bootstrap.AdvertiseHost)
+	}
+}
+
+// TestChartDiscoveryAllNamespaces: namespace "*" watches every namespace,
+// which a Role cannot grant: a ClusterRole and ClusterRoleBinding.
+func TestChartDiscoveryAllNamespaces(t *testing.T) {
+	r := render(t, `discovery: {enabled: true, namespace: "*", decodeSelector: app=sglang-decode}
+config:
+  prefill: [{url: "http://prefill-0.prefill:30000"}]
+`)
+	if k := r.pdlbConfig(t).Discovery.Kubernetes; k.Namespace != "*" || k.PrefillSelector != "" {
+		t.Errorf("pdlb's discovery.kubernetes: %+v", k)
+	}
+	if r.clusterRole == nil || r.clusterRoleBinding == nil || r.role != nil || r.roleBinding != nil {
+		t.Fatalf("want a ClusterRole and a ClusterRoleBinding only")
+	}
+	checkPodReadRules(t, r.clusterRole.Rules)
+	checkBinding(t, r, r.clusterRoleBinding.RoleRef, r.clusterRoleBinding.Subjects, "ClusterRole", r.clusterRole.Name)
+}
+
+// checkPodReadRules: the rules grant get, list and watch on core pods, and
+// nothing more.
+func checkPodReadRules(t *testing.T, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	if len(rules) != 1 {
+		t.Fatalf("rules %+v, want one", rules)
+	}
+	r := rules[0]
+	if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"pods"}) ||
+		!slices.Equal(r.Verbs, []string{"get", "list", "watch"}) || len(r.ResourceNames) != 0 {
+		t.Errorf("rule %+v, want get, list, watch on core pods", r)
+	}
+}
+
+// checkBinding: the binding gives the role to the ServiceAccount the pods
+// run as, in the release's namespace.
+func checkBinding(t *testing.T, r rendered, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind, name string) {
+	t.Helper()
+	if ref.APIGroup != rbacv1.GroupName || ref.Kind != kind || ref.Name != name {
+		t.Errorf("roleRef %+v, want %s %s", ref, kind, name)
+	}
+	sa := r.deployment.Spec.Template.Spec.ServiceAccountName
+	if len(subjects) != 1 || subjects[0].Kind != rbacv1.ServiceAccountKind || subjects[0].Name != sa || subjects[0].Namespace != "llm" {
+		t.Errorf("subjects %+v, want the pods' ServiceAccount %s in llm", subjects, sa)
+	}
+}
+
+// TestChartRefusesDiscoveryWithoutSelector: discovery on with no selector
+// would find nothing; the chart says so.
+func TestChartRefusesDiscoveryWithoutSelector(t *testing.T) {
+	_, err := helmTemplate(t, "discovery: {enabled: true}\nconfig: {prefill: [{url: \"http://p:30000\"}], decode: [{url: \"http://d:30000\"}]}\n")
+	if err == nil || !strings.Contains(err.Error(), "discovery.enabled needs discovery.prefillSelector") {
+		t.Fatalf("helm template with discovery and no selector: %v", err)
+	}
+	_, err = helmTemplate(t, "discovery: {enabled: true, prefillSelector: role=prefill}\n")
+	if err == nil || !strings.Contains(err.Error(), "or discovery find them") {
+		t.Fatalf("helm template with prefills discovered and no decode anywhere: %v", err)
 	}
 }

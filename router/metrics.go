@@ -350,6 +350,8 @@ var families = map[string]family{
 	"pdlb_bootstrap_requests_total":  {typeCounter, "Requests answered by the embedded bootstrap registry, by route (\"other\" for unknown paths) and HTTP status."},
 	// Shared state of several replicas (cmd/pdlb/service/cluster.go), only with cluster.etcd.endpoints.
 	"pdlb_cluster_store_up": {typeGauge, "1 while etcd answers this replica's probe (once a second), else 0; meanwhile the registry and workers are served from the last copy and writes answer 503."},
+	// Kubernetes discovery (cmd/pdlb/service/discovery.go), only with discovery.kubernetes.enabled.
+	"pdlb_discovery_pods": {typeGauge, "Pods serving as backends through Kubernetes discovery (Ready, with a usable port, joined), by role."},
 	// Admission control (Metrics.observeAdmission; request.go: admit).
 	"pdlb_admission_in_flight":     {typeGauge, "Requests admitted by admission control and not yet finished."},
 	"pdlb_admission_queued":        {typeGauge, "Requests waiting in the admission queue."},

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"pdlb/config"
 	"pdlb/proxy"
@@ -39,14 +40,18 @@ func startLB(t *testing.T, prefills, decodes []*proxytest.Engine, opts ...lbOpti
 	for _, o := range opts {
 		o(&cfg)
 	}
-	svc := startService(t, &cfg, testLog(t))
+	var opts2 []Option
+	if cfg.Discovery.Kubernetes.Enabled { // an API server without a pod
+		opts2 = append(opts2, WithKubernetes(fakePods{fake.NewClientset()}))
+	}
+	svc := startService(t, &cfg, testLog(t), opts2...)
 	return &lb{URL: "http://" + svc.Addr(), pool: svc.Pool, svc: svc}
 }
 
 // startService builds and starts a Service, shut down when the test ends.
-func startService(t *testing.T, cfg *config.Config, log zerolog.Logger) *Service {
+func startService(t *testing.T, cfg *config.Config, log zerolog.Logger, opts ...Option) *Service {
 	t.Helper()
-	svc, err := New(cfg, log)
+	svc, err := New(cfg, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

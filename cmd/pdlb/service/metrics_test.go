@@ -77,6 +77,9 @@ func scrapeBusyLB(t *testing.T) string {
 		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
 		c.Prefill = []config.Prefill{{URL: p1.URL, BootstrapPort: &port1}, {URL: p2.URL, BootstrapPort: &port2}}
 		c.Abort = config.Abort{Enabled: true, Timeout: time.Second, MaxInFlight: 8}
+		// Discovery on (an API server without a pod), so pdlb_discovery_pods is written too.
+		c.Discovery.Kubernetes = config.Default().Discovery.Kubernetes
+		c.Discovery.Kubernetes.Enabled, c.Discovery.Kubernetes.Namespace, c.Discovery.Kubernetes.DecodeSelector = true, "llm", "app=sglang,role=decode"
 	})
 	// Registered last, so it runs first: pdlb and the decode shut down only
 	// after the held request is let go, even when the test fails early.
@@ -146,7 +149,8 @@ func scrapeBusyLB(t *testing.T) string {
 	var body string
 	if !proxytest.WaitFor(5*time.Second, func() bool {
 		_, body = proxytest.Get(t, l.URL+"/metrics")
-		return strings.Contains(body, `result="ok"`) && strings.Contains(body, `result="fail"`) && strings.Contains(body, "pdlb_cluster_store_up 1")
+		return strings.Contains(body, `result="ok"`) && strings.Contains(body, `result="fail"`) && strings.Contains(body, "pdlb_cluster_store_up 1") &&
+			strings.Contains(body, `pdlb_discovery_pods{role="decode"} 0`)
 	}) {
 		t.Fatal("no ok and fail health-check results, or etcd not up, in /metrics")
 	}

@@ -111,7 +111,8 @@ func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, mov
 	}
 	for _, role := range []proxy.Role{proxy.Prefill, proxy.Decode} {
 		for _, b := range s.Pool.Backends(role) {
-			if !want[b] && !s.cluster.holds(b.URL) { // etcd's workers are not the file's to remove
+			// etcd's workers and the pods' engines are not the file's to remove.
+			if !want[b] && !s.cluster.holds(b.URL) && !s.discovery.holds(b.URL) {
 				removed = append(removed, b)
 			}
 		}
@@ -169,6 +170,8 @@ func keepStartupOnly(old, next *config.Config) []string {
 	keep("bootstrap.forget_after", ob.ForgetAfter != nb.ForgetAfter, func() { nb.ForgetAfter = ob.ForgetAfter })
 	// The etcd connection, its prefix and this replica's lease are made once.
 	keep("cluster.etcd", !reflect.DeepEqual(old.Cluster, next.Cluster), func() { next.Cluster = old.Cluster })
+	// The informers and their selectors are set up once.
+	keep("discovery", old.Discovery != next.Discovery, func() { next.Discovery = old.Discovery })
 	keep("tracing", !sameTracing(old.Tracing, next.Tracing), func() { next.Tracing = old.Tracing })
 	return kept
 }

@@ -42,6 +42,8 @@ type Service struct {
 	tls     *serviceTLS
 	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
 	forget  *forgetter     // nil unless bootstrap.forget_after (embedded mode)
+	// discovery is nil unless discovery.kubernetes.enabled.
+	discovery *discoveryWiring
 	// tracing is the tracer provider; nil when tracing is off.
 	tracing *sdktrace.TracerProvider
 	// traceFlush bounds the export of queued spans at shutdown.
@@ -60,7 +62,11 @@ type Service struct {
 }
 
 // New wires a Service; nothing listens until Start.
-func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
+func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	tlsSet, err := newServiceTLS(cfg, log)
 	if err != nil {
 		return nil, err
@@ -127,6 +133,10 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Service, err error) {
 	if s.cluster != nil {
 		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
 	}
+	if s.discovery, err = newDiscoveryWiring(cfg.Discovery.Kubernetes, o, s, log); err != nil {
+		return nil, err
+	}
+	s.discovery.observe(s.Metrics)
 	s.status = &statusPage{pool: s.Pool, admin: s.admin, router: s.Router, metrics: s.Metrics, dir: s.reg.dir, now: time.Now}
 	s.status.sampler = newStatusSampler(s.Metrics, s.sampledBackends, pdlb.SystemClock())
 	if cfg.Metrics.Enabled {
@@ -170,7 +180,7 @@ func (s *Service) Start() error {
 	s.cluster.start(s)
 	s.forget.start()
 	s.tls.startWatch()
-	return nil
+	return s.discovery.start()
 }
 
 func (s *Service) newHealthChecker(c config.Health) *proxy.HealthChecker {
@@ -257,6 +267,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 	s.forget.stop()
 	s.cluster.shutdown()
+	s.discovery.stop()
 	s.admin.Close()
 	s.tls.close()
 	s.reg.shutdown(ctx)

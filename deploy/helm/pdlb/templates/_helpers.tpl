@@ -34,18 +34,32 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/*
 pdlb.config is the config.yaml pdlb reads: the user's `config` with the
-listeners and the shutdown grace the pod spec depends on. A replicated
-embedded registry would split registrations between replicas, so it fails
-the render instead of failing requests.
+listeners, the shutdown grace and the discovery the pod spec and RBAC
+depend on. A replicated embedded registry without etcd would split
+registrations between replicas, so it fails the render instead of failing
+requests.
 */}}
 {{- define "pdlb.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $mode := dig "bootstrap" "mode" "embedded" $cfg -}}
-{{- if and (gt (int .Values.replicaCount) 1) (eq (toString $mode) "embedded") -}}
-{{- fail "replicaCount > 1 needs config.bootstrap.mode external or off: the embedded registry lives in one replica, and a decode could ask another" -}}
+{{- $etcd := dig "cluster" "etcd" "endpoints" list $cfg -}}
+{{- if and (gt (int .Values.replicaCount) 1) (eq (toString $mode) "embedded") (empty $etcd) -}}
+{{- fail "replicaCount > 1 with the embedded registry needs config.cluster.etcd.endpoints (the replicas share it through etcd), or config.bootstrap.mode external or off: else the registry lives in one replica, and a decode could ask another" -}}
 {{- end -}}
-{{- if or (empty $cfg.prefill) (empty $cfg.decode) -}}
-{{- fail "config.prefill and config.decode must each list at least one engine (pdlb refuses to start without)" -}}
+{{- $d := .Values.discovery -}}
+{{- if $d.enabled -}}
+{{- if and (empty $d.prefillSelector) (empty $d.decodeSelector) -}}
+{{- fail "discovery.enabled needs discovery.prefillSelector, discovery.decodeSelector or both" -}}
+{{- end -}}
+{{- $kube := default dict (dig "discovery" "kubernetes" dict $cfg) -}}
+{{- $_ := set $kube "enabled" true -}}
+{{- $_ := set $kube "namespace" (default .Release.Namespace $d.namespace) -}}
+{{- $_ := set $kube "prefill_selector" (toString $d.prefillSelector) -}}
+{{- $_ := set $kube "decode_selector" (toString $d.decodeSelector) -}}
+{{- $_ := set $cfg "discovery" (dict "kubernetes" $kube) -}}
+{{- end -}}
+{{- if or (and (empty $cfg.prefill) (not (and $d.enabled $d.prefillSelector))) (and (empty $cfg.decode) (not (and $d.enabled $d.decodeSelector))) -}}
+{{- fail "config.prefill and config.decode must each list at least one engine, or discovery find them (discovery.prefillSelector, discovery.decodeSelector): pdlb refuses to start without" -}}
 {{- end -}}
 {{- $server := merge (dict "host" "0.0.0.0" "port" (int .Values.service.port) "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds))) (default dict $cfg.server) -}}
 {{- $_ := set $server "host" "0.0.0.0" -}}
