@@ -12,7 +12,7 @@ import (
 
 // TestWorkersShowAvoidedPairs: once a pair's KV transfers have failed
 // breaker.pair_failures times, GET /workers shows it on both workers, and
-// only on those.
+// only on those, and the status page's data lists it.
 func TestWorkersShowAvoidedPairs(t *testing.T) {
 	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	kv := proxytest.NewEngine(t, proxytest.JSONAnswer(500,
@@ -56,5 +56,16 @@ func TestWorkersShowAvoidedPairs(t *testing.T) {
 	}
 	if len(ws) != 3 {
 		t.Errorf("GET /workers listed %d workers, want 3:\n%s", len(ws), body)
+	}
+
+	// The status page's data shows it too.
+	resp, body = proxytest.Get(t, "http://127.0.0.1:"+strconv.Itoa(adminPort)+"/status.json")
+	var st statusJSON
+	if err := json.Unmarshal([]byte(body), &st); resp.StatusCode != 200 || err != nil {
+		t.Fatalf("GET /status.json: %d %v %s", resp.StatusCode, err, body)
+	}
+	if len(st.AvoidedPairs) != 1 || st.AvoidedPairs[0].Prefill != p.URL || st.AvoidedPairs[0].Decode != kv.URL ||
+		st.AvoidedPairs[0].AvoidedForS < 3000 {
+		t.Errorf("status.json avoided pairs %+v, want %s + %s for about an hour", st.AvoidedPairs, p.URL, kv.URL)
 	}
 }

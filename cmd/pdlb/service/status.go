@@ -91,7 +91,16 @@ type statusJSON struct {
 	TTFTWindowS float64         `json:"ttft_window_s"`
 	Totals      statusTotals    `json:"totals"`
 	Backends    []statusBackend `json:"backends"`
-	Errors      []statusError   `json:"errors"`
+	// AvoidedPairs are the prefill–decode pairs pair health avoids now.
+	AvoidedPairs []statusPair  `json:"avoided_pairs"`
+	Errors       []statusError `json:"errors"`
+}
+
+type statusPair struct {
+	Prefill string `json:"prefill"`
+	Decode  string `json:"decode"`
+	// AvoidedForS is the seconds until the pair is tried again.
+	AvoidedForS float64 `json:"avoided_for_s"`
 }
 
 type statusTotals struct {
@@ -153,7 +162,7 @@ type statusError struct {
 func (p *statusPage) snapshot() statusJSON {
 	now := p.now()
 	out := statusJSON{Time: now, RateWindowS: rateWindow.Seconds(), TTFTWindowS: ttftWindow.Seconds(),
-		Backends: []statusBackend{}, Errors: []statusError{}}
+		Backends: []statusBackend{}, AvoidedPairs: []statusPair{}, Errors: []statusError{}}
 	classes := p.sampler.classRates()
 	out.Totals.ReqPerS = map[string]float64{}
 	for i := 1; i < len(classes); i++ {
@@ -181,6 +190,9 @@ func (p *statusPage) snapshot() statusJSON {
 		out.Backends = append(out.Backends, sb)
 	}
 
+	for _, ap := range p.router.AvoidedPairs() {
+		out.AvoidedPairs = append(out.AvoidedPairs, statusPair{ap.Prefill, ap.Decode, max(0, ap.Until.Sub(now).Seconds())})
+	}
 	for _, e := range p.router.RecentErrors() {
 		se := statusError{Time: e.Time, RequestID: e.RequestID, Route: e.Route, Status: e.Status, Prefill: e.Prefill, Decode: e.Decode}
 		if e.Cause != nil {

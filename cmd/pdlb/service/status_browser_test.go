@@ -56,11 +56,22 @@ func TestStatusPageInBrowser(t *testing.T) {
 		ctx.SetStatusCode(500)
 		ctx.SetBodyString(`{"error":"CUDA out of memory"}`)
 	})
+	// A decode that cannot get this prefill's KV (SGLang's KV-transfer 500):
+	// after breaker.pair_failures (3) the pair is avoided.
+	kvFailing := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/health" {
+			ctx.SetStatusCode(200)
+			return
+		}
+		ctx.SetStatusCode(500)
+		ctx.SetBodyString(`{"error":{"message":"Decode transfer failed for request rank=0 with exception KVTransferError(bootstrap_room=1)"}}`)
+	})
 	// The page's numbers come from the real sampler: a sample a second.
-	l := startStatusLBClock(t, nil, []*proxytest.Engine{p}, []*proxytest.Engine{killed, drained, failing}, func(c *config.Config) {
+	l := startStatusLBClock(t, nil, []*proxytest.Engine{p}, []*proxytest.Engine{killed, drained, failing, kvFailing}, func(c *config.Config) {
 		c.Policy.Prefill, c.Policy.Decode = "round_robin", "round_robin"
 		c.Health = config.Health{Interval: healthEvery, Timeout: 500 * time.Millisecond, FailThreshold: 1, PassThreshold: 1}
-		c.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 3, OpenTimeout: 10 * time.Minute, HalfOpenMaxRequests: 1}
+		c.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 3, OpenTimeout: 10 * time.Minute, HalfOpenMaxRequests: 1,
+			PairFailures: 3, PairWindow: time.Minute, PairCooldown: time.Hour}
 	})
 	// Steady traffic, so the page has rates, a sparkline and errors to show.
 	stop := make(chan struct{})
@@ -136,6 +147,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	click("confirm drain", drain)
 	waitFor("the drained decode shown draining", `["draining", "drained"].includes(`+text(cell(drained.URL, "state"))+`)`, 3*time.Second)
 	waitFor("errors listed", `document.querySelectorAll('#errors td.cause').length > 0`, 5*time.Second)
+	waitFor("the avoided pair listed", `[...document.querySelectorAll('#pairs td.url')].map((e) => e.textContent).join(" ") === "`+
+		p.URL+" "+kvFailing.URL+`"`, 10*time.Second)
 	waitFor("rates shown", `parseFloat(document.getElementById("r2xx").textContent) > 0`, 5*time.Second)
 
 	shot, err := chromedp.Run(browser, chromedp.CaptureScreenshot())
