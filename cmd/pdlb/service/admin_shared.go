@@ -61,5 +61,6 @@ func (a *Admin) Adopt(role proxy.Role, url string, bootstrapPort *int) (*proxy.B
 		return nil, err
 	}
 	a.pool.Add(b)
+	a.forgetDrained(b.Key()) // serving again: no longer listed as drained
 	return b, nil
 }

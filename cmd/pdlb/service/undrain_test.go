@@ -116,3 +116,27 @@ func TestUndrainRefusals(t *testing.T) {
 		t.Fatalf("undrain without the key: %d, want 401", st)
 	}
 }
+
+// TestAdoptForgetsTheDrained: a worker drained out, then added back by a
+// replica's etcd watch or by discovery (Adopt, not POST /workers), is
+// serving and no longer listed as drained (the status page showed it
+// twice).
+func TestAdoptForgetsTheDrained(t *testing.T) {
+	s := startAdmin(t, nil, nil, "")
+	const u = "http://127.0.0.1:30001"
+	if st, body := s.do(t, "POST", "/workers", `{"role":"decode","url":"`+u+`"}`, ""); st != 201 {
+		t.Fatalf("add: %d %s", st, body)
+	}
+	if st, body := s.do(t, "DELETE", "/workers?url="+u, "", ""); st != 202 {
+		t.Fatalf("DELETE: %d %s", st, body)
+	}
+	if !proxytest.WaitFor(2*time.Second, func() bool { return len(s.admin.Drained()) == 1 }) {
+		t.Fatal("the finished drain is not remembered")
+	}
+	if b, err := s.admin.Adopt(proxy.Decode, u, nil); err != nil || b == nil {
+		t.Fatalf("Adopt: %v %v", b, err)
+	}
+	if d := s.admin.Drained(); len(d) != 0 || s.pool.Find(u) == nil {
+		t.Errorf("after Adopt: drained %+v, in the pool %v", d, s.pool.Find(u) != nil)
+	}
+}
