@@ -19,7 +19,18 @@ const (
 
 // hasFaults reports whether any fault can be injected.
 func (o *Options) hasFaults() bool {
-	return o.ErrorRate > 0 || o.StallProb > 0 || o.DieMidStreamProb > 0
+	return o.ErrorRate > 0 || o.StallProb > 0 || o.DieMidStreamProb > 0 || o.DieAfterEvents > 0
+}
+
+// dieAfter returns after how many events this stream dies (Options.DieAfterEvents), or -1.
+func (e *Engine) dieAfter() int {
+	if e.opts.DieAfterEvents <= 0 {
+		return -1
+	}
+	if e.opts.DieStreams > 0 && e.dyingStreams.Add(1) > int64(e.opts.DieStreams) {
+		return -1
+	}
+	return e.opts.DieAfterEvents
 }
 
 // drawFault decides a request's fault, drawing in a fixed order so that a

@@ -53,6 +53,8 @@ func (e *Engine) stream(ctx *fasthttp.RequestCtx, a *admitted, steps int, event 
 		dieAt := -1
 		if a.fault == faultDie {
 			dieAt = max(1, steps/2)
+		} else if k := e.dieAfter(); k >= 0 {
+			dieAt = min(k, steps)
 		}
 		buf := make([]byte, 0, 1024)
 		for k := 0; k < steps; k++ {
