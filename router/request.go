@@ -55,9 +55,13 @@ type request struct {
 	prefillReason, decodeReason policy.Reason
 	room                        uint64
 	attempts                    int
-	status                      int
-	bytes, events               int
-	err                         error
+	// resumable marks a stream that migrates when its decode breaks
+	// mid-way (migrate.go); migrations counts how often it did.
+	resumable     bool
+	migrations    int
+	status        int
+	bytes, events int
+	err           error
 
 	// trace is the request's tracing; its zero value is tracing off.
 	trace requestTrace

@@ -1,0 +1,236 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pdlb/bench/mock"
+	"pdlb/config"
+	"pdlb/proxy/proxytest"
+)
+
+func withMigrationLimit(n int) lbOption {
+	return func(c *config.Config) { c.Retry.MigrationLimit = n }
+}
+
+// answer is what a client reads of a /generate stream.
+type answer struct {
+	ids    []int64
+	text   string
+	tokens int64  // completion_tokens of the last event
+	id     string // meta_info.id of the last event
+	events int
+	dones  int
+	errs   []string
+	raw    string
+}
+
+// readAnswer splits a stream's body into events and checks that each
+// event's output_ids and text extend the previous event's (cumulative,
+// as SGLang streams them).
+func readAnswer(t *testing.T, body string) answer {
+	t.Helper()
+	a := answer{raw: body}
+	var ids []int64
+	for _, ev := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		d, ok := strings.CutPrefix(ev, "data: ")
+		if !ok {
+			t.Fatalf("not a data event: %q in %q", ev, body)
+		}
+		if d == "[DONE]" {
+			a.dones++
+			continue
+		}
+		if a.dones > 0 {
+			t.Errorf("an event after [DONE]: %q", d)
+		}
+		var v struct {
+			Text      *string `json:"text"`
+			OutputIDs []int64 `json:"output_ids"`
+			Meta      struct {
+				ID               string `json:"id"`
+				CompletionTokens int64  `json:"completion_tokens"`
+			} `json:"meta_info"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(d), &v); err != nil {
+			t.Fatalf("event %q: %v", d, err)
+		}
+		if v.Error != nil {
+			a.errs = append(a.errs, v.Error.Message)
+			continue
+		}
+		if len(v.OutputIDs) < len(ids) || !slices.Equal(v.OutputIDs[:len(ids)], ids) {
+			t.Errorf("event %d: output_ids %v do not extend %v", a.events, v.OutputIDs, ids)
+		}
+		if v.Text == nil || !strings.HasPrefix(*v.Text, a.text) {
+			t.Errorf("event %d: text %v does not extend %q", a.events, v.Text, a.text)
+		}
+		if v.Meta.CompletionTokens != int64(len(v.OutputIDs)) {
+			t.Errorf("event %d: completion_tokens %d for %d ids", a.events, v.Meta.CompletionTokens, len(v.OutputIDs))
+		}
+		if a.events > 0 && v.Meta.ID != a.id {
+			t.Errorf("event %d: meta_info.id %q, the stream's is %q", a.events, v.Meta.ID, a.id)
+		}
+		ids, a.text, a.tokens, a.id = v.OutputIDs, *v.Text, v.Meta.CompletionTokens, v.Meta.ID
+		a.events++
+	}
+	a.ids = ids
+	return a
+}
+
+func chainedPair(t *testing.T, dieAfter, dieStreams int) (*proxytest.Engine, *proxytest.Engine, *mock.Engine) {
+	p, _ := mockEngine(t, mock.Options{Role: mock.RolePrefill, ChainedOutput: true, TokenDelay: -1})
+	// OutputLen: SGLang's default max_new_tokens, which pdlb assumes for a
+	// request that names none.
+	d, dm := mockEngine(t, mock.Options{ChainedOutput: true, OutputLen: 128, DieAfterEvents: dieAfter, DieStreams: dieStreams, TokenDelay: time.Millisecond})
+	return p, d, dm
+}
+
+// A decode killed after k events: the client reads the same answer as an
+// uninterrupted run's (ids, text, completion_tokens, meta_info.id), with
+// one [DONE], whether the prompt was ids or text and whether the request
+// named max_new_tokens, a rid and a seed or not.
+func TestMigrationContinuesTheStream(t *testing.T) {
+	const n = 12
+	bodies := map[string]string{
+		"ids":        `{"input_ids":[11,12,13],"stream":true,"sampling_params":{"temperature":0.7,"max_new_tokens":12,"sampling_seed":9007199254740993}}`,
+		"text":       `{"text":"tell me a story","stream":true,"sampling_params":{"max_new_tokens":12}}`,
+		"client rid": `{"text":"tell me a story","rid":"abc","stream":true,"sampling_params":{"max_new_tokens":12}}`,
+		"no max":     `{"input_ids":[11,12,13],"stream":true}`,
+		"null sp":    `{"input_ids":[11,12,13],"stream":true,"sampling_params":null}`,
+		"sp, no max": `{"input_ids":[11,12,13],"stream":true,"sampling_params":{"temperature":0}}`,
+	}
+	for name, body := range bodies {
+		for _, k := range []int{1, 4, n - 1, n} {
+			t.Run(fmt.Sprintf("%s/k=%d", name, k), func(t *testing.T) {
+				p, d, dm := chainedPair(t, k, 1) // its first stream dies, the rest live
+				l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(1))
+				resp, got := proxytest.Post(t, l.URL+"/generate", body)
+				if resp.StatusCode != 200 {
+					t.Fatalf("%d %s", resp.StatusCode, got)
+				}
+				if dm.Stats().Deaths != 1 {
+					t.Fatalf("the decode died %d times, want 1", dm.Stats().Deaths)
+				}
+				_, ref := proxytest.Post(t, l.URL+"/generate", body)
+				a, want := readAnswer(t, got), readAnswer(t, ref)
+				if a.dones != 1 || len(a.errs) > 0 || want.dones != 1 {
+					t.Fatalf("migrated: %d [DONE], errors %q; uninterrupted: %d [DONE]\n%s", a.dones, a.errs, want.dones, a.raw)
+				}
+				if len(want.ids) < n || !reflect.DeepEqual(a.ids, want.ids) || a.text != want.text || a.tokens != want.tokens ||
+					name == "client rid" && a.id != want.id {
+					t.Errorf("migrated answer\n ids %v\n text %q tokens %d id %q\nuninterrupted\n ids %v\n text %q tokens %d id %q",
+						a.ids, a.text, a.tokens, a.id, want.ids, want.text, want.tokens, want.id)
+				}
+				_, m := proxytest.Get(t, l.URL+"/metrics")
+				result := "resumed"
+				if k == len(want.ids) {
+					result = "finished" // only [DONE] was missing
+				}
+				if !strings.Contains(m, `pdlb_migrations_total{result="`+result+`"} 1`) {
+					t.Errorf("no migration counted as %s: %s", result, grepLines(m, "migrations"))
+				}
+			})
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// Several streams at once, each killed mid-way, each continued to the
+// answer its prompt gets uninterrupted.
+func TestMigrationOfConcurrentStreams(t *testing.T) {
+	const streams = 6
+	p, d, dm := chainedPair(t, 3, streams)
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(1))
+	body := func(i int) string {
+		return fmt.Sprintf(`{"input_ids":[%d,7,8],"stream":true,"sampling_params":{"max_new_tokens":10}}`, 100+i)
+	}
+	got := make([]string, streams)
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() { _, got[i] = proxytest.Post(t, l.URL+"/generate", body(i)) })
+	}
+	wg.Wait()
+	if dm.Stats().Deaths != streams {
+		t.Fatalf("%d deaths, want %d", dm.Stats().Deaths, streams)
+	}
+	for i := range streams {
+		_, ref := proxytest.Post(t, l.URL+"/generate", body(i))
+		a, want := readAnswer(t, got[i]), readAnswer(t, ref)
+		if a.dones != 1 || len(a.errs) > 0 || !reflect.DeepEqual(a.ids, want.ids) || a.text != want.text || len(want.ids) != 10 {
+			t.Errorf("stream %d: ids %v text %q (%d [DONE], errors %q), want %v %q", i, a.ids, a.text, a.dones, a.errs, want.ids, want.text)
+		}
+	}
+}
+
+// migration_limit 0 keeps the error event; a limit reached ends with it too.
+func TestMigrationLimit(t *testing.T) {
+	for _, c := range []struct {
+		limit, deaths int
+		result        string
+	}{{0, 1, ""}, {1, 2, "exhausted"}, {2, 3, "exhausted"}} {
+		t.Run(fmt.Sprint(c.limit), func(t *testing.T) {
+			p, d, dm := chainedPair(t, 2, 0) // every stream dies after 2 events
+			l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(c.limit))
+			_, got := proxytest.Post(t, l.URL+"/generate", `{"input_ids":[1,2],"stream":true,"sampling_params":{"max_new_tokens":20}}`)
+			a := readAnswer(t, got)
+			if a.dones != 0 || len(a.errs) != 1 || !strings.Contains(a.errs[0], "decode "+d.URL) {
+				t.Fatalf("want the events, then one error event naming the decode, no [DONE]: %q", got)
+			}
+			if a.events != 2*c.deaths || len(a.ids) != 2*c.deaths {
+				t.Errorf("%d events, %d ids, want %d each", a.events, len(a.ids), 2*c.deaths)
+			}
+			if int(dm.Stats().Deaths) != c.deaths {
+				t.Errorf("%d streams died, want %d", dm.Stats().Deaths, c.deaths)
+			}
+			_, m := proxytest.Get(t, l.URL+"/metrics")
+			if c.result == "" {
+				if strings.Contains(m, "pdlb_migrations_total") {
+					t.Errorf("migration off, yet %s", grepLines(m, "migrations"))
+				}
+			} else if !strings.Contains(m, `pdlb_migrations_total{result="exhausted"} 1`) ||
+				!strings.Contains(m, fmt.Sprintf(`pdlb_migrations_total{result="resumed"} %d`, c.limit)) {
+				t.Errorf("metrics: %s", grepLines(m, "migrations"))
+			}
+		})
+	}
+}
+
+// A non-streamed request is never migrated: its decode answers only when it
+// has finished, so there are no tokens to continue from, and the engine
+// may have done (and been paid for) the whole generation. It fails as
+// before (here with retries off: one attempt, a 502).
+func TestMigrationNeverRerunsNonStream(t *testing.T) {
+	p, _ := mockEngine(t, mock.Options{Role: mock.RolePrefill, ChainedOutput: true, TokenDelay: -1})
+	d, dm := mockEngine(t, mock.Options{ChainedOutput: true, DieMidStreamProb: 1, TokenDelay: time.Millisecond})
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(3))
+	resp, body := proxytest.Post(t, l.URL+"/generate", `{"input_ids":[1,2],"sampling_params":{"max_new_tokens":8}}`)
+	if resp.StatusCode != 502 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if n := dm.Stats().Requests["/generate"]; n != 1 {
+		t.Errorf("the decode was asked %d times, want once", n)
+	}
+	_, m := proxytest.Get(t, l.URL+"/metrics")
+	if strings.Contains(m, "pdlb_migrations_total{") {
+		t.Errorf("a non-stream request migrated: %s", grepLines(m, "migrations"))
+	}
+}
