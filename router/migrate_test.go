@@ -234,3 +234,31 @@ func TestMigrationNeverRerunsNonStream(t *testing.T) {
 		t.Errorf("a non-stream request migrated: %s", grepLines(m, "migrations"))
 	}
 }
+
+// A decode that stops sending mid-stream (stream idle timeout) is aborted by
+// its rid and the stream continues on a fresh leg whose rid that abort
+// cannot reach (SGLang aborts by prefix).
+func TestMigrationAfterIdleTimeout(t *testing.T) {
+	p, _ := mockEngine(t, mock.Options{Role: mock.RolePrefill, ChainedOutput: true, TokenDelay: -1})
+	d, dm := mockEngine(t, mock.Options{ChainedOutput: true, StallAfterEvents: 3, DieStreams: 1, TokenDelay: time.Millisecond})
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(1), func(c *config.Config) {
+		c.Timeouts.DecodeIdle = 300 * time.Millisecond
+		c.Abort = config.Abort{Enabled: true, Timeout: time.Second, MaxInFlight: 8}
+	})
+	const body = `{"input_ids":[3,1,4,1,5],"rid":"abc","stream":true,"sampling_params":{"max_new_tokens":9}}`
+	_, got := proxytest.Post(t, l.URL+"/generate", body)
+	if dm.Stats().Stalls != 1 {
+		t.Fatalf("%d streams stalled, want 1", dm.Stats().Stalls)
+	}
+	_, ref := proxytest.Post(t, l.URL+"/generate", body)
+	a, want := readAnswer(t, got), readAnswer(t, ref)
+	if a.dones != 1 || len(a.errs) > 0 || len(want.ids) != 9 || !reflect.DeepEqual(a.ids, want.ids) || a.text != want.text || a.id != "abc" {
+		t.Fatalf("migrated %v %q id %q (%d [DONE], errors %q), uninterrupted %v %q", a.ids, a.text, a.id, a.dones, a.errs, want.ids, want.text)
+	}
+	if !proxytest.WaitFor(5*time.Second, func() bool { return slices.Contains(dm.Stats().Aborted, "abc") }) {
+		t.Errorf("the stalled leg was not aborted: %q", dm.Stats().Aborted)
+	}
+	if ab := dm.Stats().Aborted; slices.Contains(ab, "m1-abc") {
+		t.Errorf("the continuation was aborted: %q", ab)
+	}
+}

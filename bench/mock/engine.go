@@ -118,8 +118,12 @@ type Options struct {
 	// right after its first DieAfterEvents events (before [DONE] when the
 	// stream has no more), deterministically (default 0: never).
 	DieAfterEvents int
-	// DieStreams bounds DieAfterEvents to the engine's first DieStreams
-	// streams; 0 applies it to every stream (default 0).
+	// StallAfterEvents, when positive, stops a stream after its first
+	// StallAfterEvents events, its connection open, until the client leaves,
+	// the request is aborted or the engine shuts down (default 0: never).
+	StallAfterEvents int
+	// DieStreams bounds DieAfterEvents and StallAfterEvents to the engine's
+	// first DieStreams streams; 0 applies them to every stream (default 0).
 	DieStreams int
 	// ChainedOutput makes /generate's output token k a function of the whole
 	// sequence before it (the prompt's ids and the k tokens generated
