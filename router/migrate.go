@@ -107,6 +107,11 @@ func (q *request) migrate(w *chunkWriter, cw **continuedWriter, res *proxy.Relay
 	s := q.exchange()
 	q.attempts += attempts
 	if s == nil {
+		if q.status == statusClientGone { // left while the continuation was sought: no one to tell
+			q.r.metrics.Migration(migrationFailed)
+			q.err = proxy.ErrClientGone
+			return nil
+		}
 		cause := q.err
 		q.status = 200 // the client's stream had its 200 long ago
 		return q.endMigration(w, migrationFailed, broken, cause)

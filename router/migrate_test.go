@@ -1,12 +1,15 @@
 package router
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,5 +263,49 @@ func TestMigrationAfterIdleTimeout(t *testing.T) {
 	}
 	if ab := dm.Stats().Aborted; slices.Contains(ab, "m1-abc") {
 		t.Errorf("the continuation was aborted: %q", ab)
+	}
+}
+
+// A client that leaves while its continuation waits for the decode's first
+// byte is a client gone (499), not an error event nobody reads.
+func TestMigrationClientGoneMeanwhile(t *testing.T) {
+	p := proxytest.NewEngine(t, sseEngine([]string{`{}`}, 0, false))
+	var legs atomic.Int32
+	d := proxytest.ConnEngine(t, func(c net.Conn, br *bufio.Reader, _ []byte) {
+		if legs.Add(1) == 1 { // two events, then the engine is gone
+			c.Write([]byte(sseHead))
+			c.Write([]byte(chunk(`data: {"text":" a","output_ids":[7],"meta_info":{"id":"x","finish_reason":null,"completion_tokens":1}}` + "\n\n")))
+			c.Write([]byte(chunk(`data: {"text":" a b","output_ids":[7,8],"meta_info":{"id":"x","finish_reason":null,"completion_tokens":2}}` + "\n\n")))
+			return
+		}
+		br.ReadByte() // the continuation: working on it until pdlb hangs up
+	})
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(1))
+	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"input_ids":[1],"stream":true}`
+	fmt.Fprintf(c, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for seen := ""; !strings.Contains(seen, `"completion_tokens":2`); {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the stream: %v (so far %q)", err, seen)
+		}
+		seen += line
+	}
+	if !proxytest.WaitFor(5*time.Second, func() bool { return legs.Load() == 2 }) {
+		t.Fatal("no continuation reached the decode")
+	}
+	c.Close()
+	if !proxytest.WaitFor(5*time.Second, func() bool {
+		_, m := proxytest.Get(t, l.URL+"/metrics")
+		return strings.Contains(m, `pdlb_requests_total{route="/generate",status="499"} 1`) &&
+			strings.Contains(m, `pdlb_migrations_total{result="failed"} 1`)
+	}) {
+		_, m := proxytest.Get(t, l.URL+"/metrics")
+		t.Fatalf("want one 499 and one failed migration: %s", grepLines(m, "/generate\",status=")+"\n"+grepLines(m, "migrations_total{"))
 	}
 }
