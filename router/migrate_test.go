@@ -309,3 +309,34 @@ func TestMigrationClientGoneMeanwhile(t *testing.T) {
 		t.Fatalf("want one 499 and one failed migration: %s", grepLines(m, "/generate\",status=")+"\n"+grepLines(m, "migrations_total{"))
 	}
 }
+
+// The continuation's body is the client's with only the prompt,
+// max_new_tokens and the rid changed: every other byte (a 2^63-1 seed
+// included) is the client's.
+func TestContinuationBody(t *testing.T) {
+	const last = `data: {"text":" a \"b\"\n","output_ids":[1001,1002],"meta_info":{"id":"x","finish_reason":null,"completion_tokens":2}}`
+	for _, c := range []struct{ body, want string }{
+		{`{"input_ids":[1, 2],"stream":true,"sampling_params":{"max_new_tokens":10,"sampling_seed":9223372036854775807}}`,
+			`{"input_ids":[1, 2,1001,1002],"stream":true,"sampling_params":{"max_new_tokens":8,"sampling_seed":9223372036854775807}}`},
+		{`{"text":"say \"hi\"","stream":true,"rid":"r1","sampling_params":{"temperature":0.5}}`,
+			`{"text":"say \"hi\" a \"b\"\n","stream":true,"rid":"m1-r1","sampling_params":{"max_new_tokens":126,"temperature":0.5}}`},
+		{`{"text":"x","stream":true}`, `{"sampling_params":{"max_new_tokens":126},"text":"x a \"b\"\n","stream":true}`},
+		{`{"text":"x","sampling_params":null,"stream":true}`, `{"text":"x a \"b\"\n","sampling_params":{"max_new_tokens":126},"stream":true}`},
+		{`{"text":"x","sampling_params":{"max_new_tokens":null},"stream":true}`, `{"text":"x a \"b\"\n","sampling_params":{"max_new_tokens":126},"stream":true}`},
+		{`{"text":"x","sampling_params":{},"stream":true}`, `{"text":"x a \"b\"\n","sampling_params":{"max_new_tokens":126},"stream":true}`},
+		{`{"text":"x","sampling_params":{"max_new_tokens":2},"stream":true}`, ``}, // nothing left to generate
+	} {
+		p, err := parseRequest([]byte(c.body), parseOptions{generate: true, maxBatch: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := readSent([]byte(last))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := continuation([]byte(c.body), &p, &s, 1)
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s\n got %s (%v)\nwant %s", c.body, got, err, c.want)
+		}
+	}
+}
