@@ -86,7 +86,12 @@ func (q *request) migrate(w *chunkWriter, cw **continuedWriter, res *proxy.Relay
 		w.Flush()
 		return nil
 	}
-	body, err := continuation(q.body, &q.parsed, &sent, q.migrations)
+	// Always from the client's own body (kept in q.own), with everything
+	// sent so far: a second continuation must not extend the first's prompt.
+	if q.migrations == 1 {
+		q.origParsed = q.parsed
+	}
+	body, err := continuation(q.own.B, &q.origParsed, &sent, q.migrations)
 	if err == nil && body == nil {
 		q.r.metrics.Migration(migrationFinished)
 		w.Write(doneEvent)
@@ -100,7 +105,6 @@ func (q *request) migrate(w *chunkWriter, cw **continuedWriter, res *proxy.Relay
 	if perr != nil {
 		return q.endMigration(w, migrationFailed, broken, perr)
 	}
-	q.own.B = body
 	q.body, q.parsed = body, p
 	q.failedPairs = append(q.failedPairs, Pair{q.prefill, q.decode}) // another pair when one serves
 	attempts := q.attempts

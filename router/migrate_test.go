@@ -184,6 +184,27 @@ func TestMigrationOfConcurrentStreams(t *testing.T) {
 	}
 }
 
+// Two breaks of one stream, two continuations: each continues from the
+// client's own prompt with everything sent so far.
+func TestMigrationTwice(t *testing.T) {
+	for _, body := range []string{
+		`{"input_ids":[2,7,1],"stream":true,"sampling_params":{"max_new_tokens":11}}`,
+		`{"text":"once upon","stream":true,"sampling_params":{"max_new_tokens":11}}`,
+	} {
+		p, d, dm := chainedPair(t, 3, 2) // its first two streams die after 3 events
+		l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(2))
+		_, got := proxytest.Post(t, l.URL+"/generate", body)
+		if dm.Stats().Deaths != 2 {
+			t.Fatalf("%d deaths, want 2", dm.Stats().Deaths)
+		}
+		_, ref := proxytest.Post(t, l.URL+"/generate", body)
+		a, want := readAnswer(t, got), readAnswer(t, ref)
+		if a.dones != 1 || len(a.errs) > 0 || len(want.ids) != 11 || !reflect.DeepEqual(a.ids, want.ids) || a.text != want.text || a.tokens != 11 {
+			t.Errorf("%s: migrated twice %v %q (%d [DONE], errors %q), uninterrupted %v %q", body, a.ids, a.text, a.dones, a.errs, want.ids, want.text)
+		}
+	}
+}
+
 // migration_limit 0 keeps the error event; a limit reached ends with it too.
 func TestMigrationLimit(t *testing.T) {
 	for _, c := range []struct {

@@ -57,8 +57,11 @@ type request struct {
 	attempts                    int
 	// resumable marks a stream that migrates when its decode breaks
 	// mid-way (migrate.go); migrations counts how often it did.
-	resumable     bool
-	migrations    int
+	resumable  bool
+	migrations int
+	// origParsed is parsed of the client's body (still in own) once a
+	// continuation's body has replaced body and parsed.
+	origParsed    pdRequest
 	status        int
 	bytes, events int
 	err           error
