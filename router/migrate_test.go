@@ -355,9 +355,76 @@ func TestContinuationBody(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := continuation([]byte(c.body), &p, &s, 1)
+		got, err := continuation([]byte(c.body), &p, []sent{s}, []int{0}, 1)
 		if err != nil || string(got) != c.want {
 			t.Errorf("%s\n got %s (%v)\nwant %s", c.body, got, err, c.want)
+		}
+	}
+}
+
+// readBatch splits a batch stream's events by index and reads each item's
+// answer; it returns them and the number of [DONE] events.
+func readBatch(t *testing.T, body string, items int) ([]answer, int) {
+	t.Helper()
+	groups := make([]string, items)
+	dones := 0
+	for _, ev := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		if ev == "data: [DONE]" {
+			dones++
+			continue
+		}
+		var v struct {
+			Index *int `json:"index"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(ev, "data: ")), &v); err != nil || v.Index == nil || *v.Index < 0 || *v.Index >= items {
+			t.Fatalf("event without a valid index: %q (%v) in %q", ev, err, body)
+		}
+		groups[*v.Index] += ev + "\n\n"
+	}
+	out := make([]answer, items)
+	for i, g := range groups {
+		out[i] = readAnswer(t, g)
+	}
+	return out, dones
+}
+
+// Batches: each item continues to the answer its prompt gets uninterrupted,
+// its events keeping its own index, meta_info.id and cumulative text/ids.
+func TestMigrationOfBatches(t *testing.T) {
+	const n = 8
+	bodies := map[string]string{
+		"ids, 2":             `{"input_ids":[[1,2],[3,4,5]],"stream":true,"sampling_params":{"max_new_tokens":8}}`,
+		"text, 3":            `{"text":["one","two words","three more words"],"stream":true,"sampling_params":{"max_new_tokens":8}}`,
+		"text, 3, rid":       `{"text":["one","two words","three more words"],"rid":"b","stream":true,"sampling_params":{"max_new_tokens":8}}`,
+		"ids, 2, rid list":   `{"input_ids":[[1,2],[3,4,5]],"rid":["x","y"],"stream":true,"sampling_params":{"max_new_tokens":8}}`,
+		"ids, 4, no max_new": `{"input_ids":[[1],[2],[3],[4]],"stream":true}`,
+	}
+	for name, body := range bodies {
+		items := strings.Count(name, "4")*4 + strings.Count(name, "3")*3 + strings.Count(name, "2")*2
+		for _, k := range []int{1, 3, n} {
+			t.Run(fmt.Sprintf("%s/k=%d", name, k), func(t *testing.T) {
+				p, d, dm := chainedPair(t, k, 1)
+				l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withMigrationLimit(1))
+				resp, got := proxytest.Post(t, l.URL+"/generate", body)
+				if resp.StatusCode != 200 || dm.Stats().Deaths != 1 {
+					t.Fatalf("%d, %d deaths: %s", resp.StatusCode, dm.Stats().Deaths, got)
+				}
+				_, ref := proxytest.Post(t, l.URL+"/generate", body)
+				as, dones := readBatch(t, got, items)
+				wants, refDones := readBatch(t, ref, items)
+				if dones != 1 || refDones != 1 {
+					t.Fatalf("%d [DONE] migrated, %d uninterrupted:\n%s", dones, refDones, got)
+				}
+				for i := range items {
+					a, want := as[i], wants[i]
+					if len(a.errs) > 0 || len(want.ids) < n || !reflect.DeepEqual(a.ids, want.ids) || a.text != want.text || a.tokens != want.tokens {
+						t.Errorf("item %d: migrated %v %q (%d tokens, errors %q), uninterrupted %v %q (%d)", i, a.ids, a.text, a.tokens, a.errs, want.ids, want.text, want.tokens)
+					}
+					if strings.Contains(name, "rid") && a.id != want.id {
+						t.Errorf("item %d: meta_info.id %q, uninterrupted %q", i, a.id, want.id)
+					}
+				}
+			})
 		}
 	}
 }

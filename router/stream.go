@@ -70,9 +70,14 @@ func (q *request) relay(s *proxy.Stream) {
 	w := acquireChunkWriter(q.conn, streamHead(q.id))
 	defer releaseChunkWriter(w)
 	wt := q.r.cfg().Server.WriteTimeout
-	res := s.Relay(w, q.conn, wt)
-	q.bytes, q.events = res.Bytes, res.Events
 	var cw *continuedWriter
+	var out proxy.EventWriter = w
+	if q.resumable && q.parsed.batch > 0 { // its items' last events are kept here
+		cw = newContinuedWriter(w, true, q.parsed.batch)
+		out = cw
+	}
+	res := s.Relay(out, q.conn, wt)
+	q.bytes, q.events = res.Bytes, res.Events
 	for res.Resumable { // the decode broke mid-way: migrate (migrate.go)
 		if s = q.migrate(w, &cw, &res); s == nil {
 			res.Err = q.err
