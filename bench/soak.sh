@@ -5,10 +5,15 @@
 #
 #   bench/soak.sh                      # 60 s, kill every 5 s
 #   SOAK_SECONDS=30 bench/soak.sh
+#   SOAK_DIE_MID_STREAM=0.05 SOAK_MIGRATION_LIMIT=0 bench/soak.sh   # decodes also cut 5% of answers
+#   SOAK_DIE_MID_STREAM=0.05 SOAK_MIGRATION_LIMIT=1 bench/soak.sh   # … and broken streams migrate
 #
 # Knobs: SOAK_SECONDS (60), SOAK_KILL_EVERY (5), SOAK_CONCURRENCY (32 per
 # load generator), SOAK_GOROUTINE_MARGIN (20), SOAK_SETTLE (22 s: fasthttp
-# reaps idle server workers 10-20 s after their last request).
+# reaps idle server workers 10-20 s after their last request),
+# SOAK_DIE_MID_STREAM (0: the decodes' --die-mid-stream, the share of answers
+# cut mid-way: streams after half their events), SOAK_MIGRATION_LIMIT (pdlb's
+# retry.migration_limit; unset: the default).
 set -euo pipefail
 
 SECONDS_TOTAL=${SOAK_SECONDS:-60}
@@ -16,6 +21,9 @@ KILL_EVERY=${SOAK_KILL_EVERY:-5}
 CONC=${SOAK_CONCURRENCY:-32}
 MARGIN=${SOAK_GOROUTINE_MARGIN:-20}
 SETTLE=${SOAK_SETTLE:-22}
+DIE_MID_STREAM=${SOAK_DIE_MID_STREAM:-0}
+MIGRATION=()
+[ -n "${SOAK_MIGRATION_LIMIT:-}" ] && MIGRATION=(--set retry.migration_limit="$SOAK_MIGRATION_LIMIT")
 
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pdlb-soak.XXXXXX")
@@ -50,7 +58,7 @@ PDLB="$WORK/pdlb"
 start_mock() { # role port → pid
 	# With bootstrap.mode=off there is no registry: decodes must not look one up.
 	local extra=()
-	[ "$1" = decode ] && extra=(--lookup=false)
+	[ "$1" = decode ] && extra=(--lookup=false --die-mid-stream "$DIE_MID_STREAM" --chained-output)
 	"$PDLB" mock --role "$1" --port "$2" --token-delay 2ms --output-len 16 --log-level warn "${extra[@]}" >>"$WORK/mock-$2.log" 2>&1 &
 	echo $!
 }
@@ -66,7 +74,7 @@ for p in $P1 $P2 $D1 $D2; do wait_http "http://127.0.0.1:$p/health"; done
 	--decode "http://127.0.0.1:$D1" --decode "http://127.0.0.1:$D2" \
 	--set bootstrap.mode=off --set admin.port="$ADMIN" --set retry.max_attempts=3 \
 	--set breaker.open_timeout=2s --set health.interval=1s \
-	--log-level warn >"$WORK/pdlb.log" 2>&1 &
+	"${MIGRATION[@]}" --log-level warn >"$WORK/pdlb.log" 2>&1 &
 LBPID=$!
 PIDS+=("$LBPID")
 wait_http "http://127.0.0.1:$LB/liveness"
@@ -130,7 +138,7 @@ echo "requests:"
 summarize "$WORK/plain.json" plain
 summarize "$WORK/stream.json" stream
 echo "pdlb metrics:"
-curl -s "http://127.0.0.1:$LB/metrics" | grep -E '^pdlb_(requests_total|retries_total|breaker_transitions_total|backend_in_flight)' | sed 's/^/  /'
+curl -s "http://127.0.0.1:$LB/metrics" | grep -E '^pdlb_(requests_total|retries_total|migrations_total|breaker_transitions_total|backend_in_flight)' | sed 's/^/  /'
 
 echo "breaker transitions (pdlb log):"
 grep -h "circuit breaker state changed" "$WORK/pdlb.log" | cut -c1-300 | awk 'NR <= 20 { print "  " $0 }' || true

@@ -231,6 +231,10 @@ type Retry struct {
 	Initial time.Duration `koanf:"initial"`
 	// Max caps the backoff. Default 2s.
 	Max time.Duration `koanf:"max"`
+	// MigrationLimit is how often one /generate stream that broke after
+	// events reached the client may be continued on a fresh pair (prompt
+	// plus the tokens sent so far); 0 turns migration off. Default 1.
+	MigrationLimit int `koanf:"migration_limit"`
 }
 
 // Abort configures engine-level aborts: each leg carries a rid, and when a

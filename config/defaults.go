@@ -58,9 +58,10 @@ func Default() Config {
 			PairCooldown:        60 * time.Second,
 		},
 		Retry: Retry{
-			MaxAttempts: 3,
-			Initial:     50 * time.Millisecond,
-			Max:         2 * time.Second,
+			MaxAttempts:    3,
+			Initial:        50 * time.Millisecond,
+			Max:            2 * time.Second,
+			MigrationLimit: 1,
 		},
 		Abort: Abort{Enabled: true, Timeout: 2 * time.Second, MaxInFlight: 256},
 		Health: Health{

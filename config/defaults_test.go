@@ -27,6 +27,7 @@ func TestDefault(t *testing.T) {
 		{"breaker.enabled", d.Breaker.Enabled, true},
 		{"breaker.failure_ratio", d.Breaker.FailureRatio, 0.5},
 		{"retry.initial", d.Retry.Initial, 50 * time.Millisecond},
+		{"retry.migration_limit", d.Retry.MigrationLimit, 1},
 		{"admin.port", d.Admin.Port, 8001},
 		{"metrics.enabled", d.Metrics.Enabled, true},
 		{"policy.prefill", d.Policy.Prefill, "cache_aware"},

@@ -241,6 +241,9 @@ func (c *Config) checkRetry() *Error {
 	if c.Retry.Max < c.Retry.Initial {
 		return errorf("retry.max", fmt.Sprintf("%s is below retry.initial %s", c.Retry.Max, c.Retry.Initial))
 	}
+	if c.Retry.MigrationLimit < 0 {
+		return errorf("retry.migration_limit", fmt.Sprintf("%d must not be negative (0 turns migration off)", c.Retry.MigrationLimit))
+	}
 	return nil
 }
 

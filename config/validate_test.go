@@ -122,6 +122,7 @@ func TestValidate(t *testing.T) {
 		{"pair window zero", func(c *Config) { c.Breaker.PairWindow = 0 }, "breaker.pair_window", "must be positive"},
 		{"pair cooldown zero", func(c *Config) { c.Breaker.PairCooldown = 0 }, "breaker.pair_cooldown", "must be positive"},
 		{"max attempts", func(c *Config) { c.Retry.MaxAttempts = 0 }, "retry.max_attempts", "at least 1"},
+		{"migration limit negative", func(c *Config) { c.Retry.MigrationLimit = -1 }, "retry.migration_limit", "must not be negative"},
 		{"abort timeout zero", func(c *Config) { c.Abort.Timeout = 0 }, "abort.timeout", "must be positive while abort.enabled is true"},
 		{"abort max in flight zero", func(c *Config) { c.Abort.MaxInFlight = 0 }, "abort.max_in_flight", "0 must be at least 1"},
 		{"abort max in flight negative", func(c *Config) { c.Abort.MaxInFlight = -1 }, "abort.max_in_flight", "must not be negative"},

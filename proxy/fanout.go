@@ -71,6 +71,12 @@ type Exchange struct {
 	// been sent: a caller retrying with the same rid (the client's) waits
 	// on it, so no late abort meets the retry's legs.
 	AbortsSent *sync.WaitGroup
+	// Resumable marks a stream its caller may continue elsewhere when the
+	// decode breaks mid-way (mid-stream migration): Relay then keeps a copy
+	// of the last event it wrote and, instead of ending the client's stream
+	// with an error event, returns (RelayResult.Resumable, Last) and leaves
+	// the ending to the caller (WriteStreamError).
+	Resumable bool
 }
 
 // Answer is what the client gets once the decode committed. ContentType
@@ -421,6 +427,7 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 		}
 	}
 	s.ticket = x.Decode
+	s.resumable = x.Resumable && !s.merge
 	a.ans = Answer{Status: 200, ContentType: eventStreamType, Stream: s, a: a}
 	return &a.ans, nil
 }

@@ -53,12 +53,12 @@ func sseServer(tb testing.TB, n int, event string) string {
 // decode, framed, written and flushed to the client) in steady state: one
 // op is one event, so allocs/op shows any allocation per event.
 func BenchmarkSSERelay(b *testing.B) {
-	for _, merge := range []bool{false, true} {
-		name := "plain"
-		if merge {
-			name = "logprob-merge"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name             string
+		merge, resumable bool
+	}{{"plain", false, false}, {"logprob-merge", true, false}, {"resumable", false, true}} {
+		merge := c.merge
+		b.Run(c.name, func(b *testing.B) {
 			event := `{"text":"the quick brown fox","output_ids":[1000,1001,1002,1003],"meta_info":{"id":"x","input_token_logprobs":[[-0.5,1,null]],"completion_tokens":4}}`
 			url := sseServer(b, b.N, event)
 			p, _ := NewBackend(url, Prefill, time.Second)
@@ -69,7 +69,7 @@ func BenchmarkSSERelay(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			ans, err := px.Do(&Exchange{Prefill: pt, Decode: dt, Path: "/generate", PrefillBody: []byte(`{}`), DecodeBody: []byte(`{}`),
-				Stream: true, MergeLogprobs: merge, Deadline: time.Now().Add(time.Hour)})
+				Stream: true, MergeLogprobs: merge, Resumable: c.resumable, Deadline: time.Now().Add(time.Hour)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -30,6 +30,10 @@ type Stream struct {
 	now      func() time.Time
 	// firstAt is when the first event arrived (set only when traced).
 	firstAt time.Time
+	// resumable keeps in last a copy of the last event written
+	// (Exchange.Resumable); the buffer is reused, like scratch.
+	resumable bool
+	last      []byte
 }
 
 // openDecodeStream reads the decode's first event before firstByte.
@@ -67,7 +71,7 @@ func (a *attempt) openDecodeStream(firstByte time.Time) (*Stream, *UpstreamError
 
 // reset readies a pooled attempt's stream for reuse, keeping its buffers.
 func (s *Stream) reset() {
-	*s = Stream{scratch: s.scratch[:0], prefix: s.prefix[:0]}
+	*s = Stream{scratch: s.scratch[:0], prefix: s.prefix[:0], last: s.last[:0]}
 }
 
 // RelayResult says how a relayed stream ended.
@@ -77,6 +81,12 @@ type RelayResult struct {
 	// Err is nil for a clean end ([DONE] or the engine closing the body),
 	// ErrClientGone when the client left, an *UpstreamError when the decode broke.
 	Err error
+	// Resumable says that the decode of a resumable stream broke after
+	// events reached the client and that no error event was written: the
+	// caller continues the stream or ends it (WriteStreamError). Last is a
+	// copy of the last event written (without its blank line).
+	Resumable bool
+	Last      []byte
 }
 
 // Relay copies the stream to the client, one flush per event, and ends the
@@ -106,6 +116,9 @@ func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duratio
 			return res
 		}
 		res.Events++
+		if s.resumable {
+			s.last = append(s.last[:0], ev...) // ev is gone after the next read
+		}
 		if done {
 			s.release(finishAfterDone(s.l, s.sr))
 			return res
@@ -125,9 +138,11 @@ func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duratio
 			uerr := &UpstreamError{Backend: s.l.b, Kind: kind, Err: fmtStreamErr(rerr)}
 			res.Err = uerr
 			s.release(false)
-			n, _ := w.Write(sseError(uerr.Error(), uerr.ClientStatus()))
-			res.Bytes += n
-			w.Flush()
+			if s.resumable && kind != KindCancelled && (s.deadline.IsZero() || s.now().Before(s.deadline)) {
+				res.Resumable, res.Last = true, bytes.Clone(s.last)
+				return res
+			}
+			res.Bytes += WriteStreamError(w, uerr)
 			return res
 		}
 	}
@@ -239,6 +254,14 @@ func fmtStreamErr(err error) error {
 		return errors.New("stream broke off: unexpected EOF")
 	}
 	return err
+}
+
+// WriteStreamError ends a client's stream with err as a final SSE error
+// event (what Relay does when the decode breaks), and returns the bytes written.
+func WriteStreamError(w EventWriter, err *UpstreamError) int {
+	n, _ := w.Write(sseError(err.Error(), err.ClientStatus()))
+	w.Flush()
+	return n
 }
 
 // sseError renders pdlb's error shape as a final SSE event.

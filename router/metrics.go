@@ -94,6 +94,15 @@ func (m *Metrics) Retry(route string) {
 	c.(*metrics.Counter).Inc()
 }
 
+// Migration counts one mid-stream migration by result (migrate.go); they
+// are rare, so the series is looked up by name.
+func (m *Metrics) Migration(result string) {
+	if m == nil {
+		return
+	}
+	m.set.GetOrCreateCounter(`pdlb_migrations_total{result="` + result + `"}`).Inc()
+}
+
 // RequestsByClass sums pdlb_requests_total over routes by status class:
 // index 2 is 2xx, 4 is 4xx (499, a client that left, included), 5 is 5xx.
 func (m *Metrics) RequestsByClass() [6]uint64 {
@@ -330,6 +339,7 @@ var families = map[string]family{
 	"pdlb_request_duration_seconds": {typeHistogram, "Time from a request's arrival to its last byte sent, by route."},
 	"pdlb_ttft_seconds":             {typeHistogram, "Time from a request's arrival to the first byte sent to the client (the whole answer when not streaming), by route."},
 	"pdlb_retries_total":            {typeCounter, "Retries of a request on a fresh prefill/decode pair, by route."},
+	"pdlb_migrations_total":         {typeCounter, "Streams whose decode broke after events reached the client, by what followed: resumed on a fresh pair, finished (only [DONE] was missing), failed (no continuation could start) or exhausted (retry.migration_limit reached); the last two end with an error event."},
 	// Engine-level aborts (Metrics.Aborted; proxy/abort.go).
 	"pdlb_aborts_total": {typeCounter, "POST /abort_request for legs pdlb gave up, by role, reason (prefill_failed, decode_failed, client_gone, timeout) and result (ok, not_found, error, dropped over abort.max_in_flight, skipped for an engine known to lack the route); one per rid."},
 	// Per backend, written at scrape time (Metrics.writeDynamic).

@@ -233,7 +233,7 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 		PrefillBody: pBody, DecodeBody: dBody, Buffer: buf,
 		Stream: req.stream, MergeLogprobs: req.returnLogprob && q.route == "/generate",
 		RequestID: q.id, Deadline: q.deadline, ClientConn: q.conn,
-		RID: rid, RIDItems: ridItems, AbortsSent: q.abortsSent,
+		RID: rid, RIDItems: ridItems, AbortsSent: q.abortsSent, Resumable: q.resumable,
 	}
 	traced := q.traceLegs(&x, p, d, ranks, in.rooms)
 	ans, uerr := r.proxy.Do(&x)
@@ -247,6 +247,9 @@ func (q *request) attempt(exclude []*proxy.Backend) (*proxy.Answer, *proxy.Upstr
 // nil), or returns a committed stream for the caller to relay.
 func (q *request) answer(ans *proxy.Answer) *proxy.Stream {
 	q.status = ans.Status
+	if q.migrations > 0 {
+		return ans.Stream // a continuation: the client had its first byte long ago
+	}
 	ttft := q.r.clock.Now().Sub(q.start)
 	q.r.metrics.TTFT(q.route, ttft)
 	q.trace.ttft = ttft

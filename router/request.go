@@ -55,9 +55,16 @@ type request struct {
 	prefillReason, decodeReason policy.Reason
 	room                        uint64
 	attempts                    int
-	status                      int
-	bytes, events               int
-	err                         error
+	// resumable marks a stream that migrates when its decode breaks
+	// mid-way (migrate.go); migrations counts how often it did.
+	resumable  bool
+	migrations int
+	// origParsed is parsed of the client's body (still in own) once a
+	// continuation's body has replaced body and parsed.
+	origParsed    pdRequest
+	status        int
+	bytes, events int
+	err           error
 
 	// trace is the request's tracing; its zero value is tracing off.
 	trace requestTrace

@@ -47,12 +47,16 @@ func (q *request) serveStream() {
 	// (dialling, writing requests, parsing responses), and this one, which
 	// holds the connection for the whole stream, would keep that stack,
 	// mostly unused, until the stream ends.
+	q.resumable = q.migratable()
 	committed := make(chan *proxy.Stream, 1)
 	go func() { committed <- q.exchange() }()
 	s := <-committed
-	// The attempts are over: each leg sent its own copy of the body.
-	bytebufferpool.Put(q.own)
-	q.own, q.body = nil, nil
+	if !q.resumable {
+		// The attempts are over: each leg sent its own copy of the body.
+		// (A resumable stream keeps it for a continuation, until finish.)
+		bytebufferpool.Put(q.own)
+		q.own, q.body = nil, nil
+	}
 	if s == nil {
 		writeResponse(q.conn, resp, q.r.cfg().Server.WriteTimeout)
 		return
@@ -65,11 +69,26 @@ func (q *request) serveStream() {
 func (q *request) relay(s *proxy.Stream) {
 	w := acquireChunkWriter(q.conn, streamHead(q.id))
 	defer releaseChunkWriter(w)
-	res := s.Relay(w, q.conn, q.r.cfg().Server.WriteTimeout)
+	wt := q.r.cfg().Server.WriteTimeout
+	var cw *continuedWriter
+	var out proxy.EventWriter = w
+	if q.resumable && q.parsed.batch > 0 { // its items' last events are kept here
+		cw = newContinuedWriter(w, true, q.parsed.batch)
+		out = cw
+	}
+	res := s.Relay(out, q.conn, wt)
+	q.bytes, q.events = res.Bytes, res.Events
+	for res.Resumable { // the decode broke mid-way: migrate (migrate.go)
+		if s = q.migrate(w, &cw, &res); s == nil {
+			res.Err = q.err
+			break
+		}
+		res = s.Relay(cw, q.conn, wt)
+		q.bytes, q.events = q.bytes+res.Bytes, q.events+res.Events
+	}
 	if !errors.Is(res.Err, proxy.ErrClientGone) {
 		w.close()
 	}
-	q.bytes, q.events = res.Bytes, res.Events
 	if res.Err != nil {
 		q.err = res.Err
 		if errors.Is(res.Err, proxy.ErrClientGone) {

@@ -114,6 +114,24 @@ type Options struct {
 	// is closed abruptly: streams after half their events, plain requests
 	// before any answer (default 0).
 	DieMidStreamProb float64
+	// DieAfterEvents, when positive, closes a stream's connection abruptly
+	// right after its first DieAfterEvents events (before [DONE] when the
+	// stream has no more), deterministically (default 0: never).
+	DieAfterEvents int
+	// StallAfterEvents, when positive, stops a stream after its first
+	// StallAfterEvents events, its connection open, until the client leaves,
+	// the request is aborted or the engine shuts down (default 0: never).
+	StallAfterEvents int
+	// DieStreams bounds DieAfterEvents and StallAfterEvents to the engine's
+	// first DieStreams streams; 0 applies them to every stream (default 0).
+	DieStreams int
+	// ChainedOutput makes /generate's output token k a function of the whole
+	// sequence before it (the prompt's ids and the k tokens generated
+	// before), and each token's text a function of its id, so that a
+	// request re-issued with prompt+generated (ids, or text) continues with
+	// exactly the tokens the first would have produced (default false: token
+	// k is FirstOutputID+k whatever the prompt).
+	ChainedOutput bool
 	// NoAbortRoute answers 404 to POST /abort_request, as an engine from
 	// before the route (or a server that is not SGLang) does (default false).
 	NoAbortRoute bool
@@ -212,6 +230,7 @@ type Engine struct {
 	prefillSlots   scheduler    // a prefill engine's prefill slots
 	cache          *kvCache     // a prefill engine's KV prefix cache; nil: none
 	awaiting       atomic.Int64 // decode requests waiting for their KV
+	dyingStreams   atomic.Int64 // streams DieAfterEvents has looked at
 	awaitingTokens atomic.Int64 // and their tokens (prompt + output)
 	stats          stats
 	fast           fastAnswers

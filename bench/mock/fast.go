@@ -33,7 +33,7 @@ func buildFastAnswers(opts Options) fastAnswers {
 // fastEligible reports whether precomputed answers may stand in for the
 // full path: nothing configured that needs the parsed request.
 func (e *Engine) fastEligible() bool {
-	return e.opts.Fast && e.opts.BeforeAnswer == nil && !e.opts.hasFaults() && e.opts.SlowStart == 0 && !e.kvActive() &&
+	return e.opts.Fast && !e.opts.ChainedOutput && e.opts.BeforeAnswer == nil && !e.opts.hasFaults() && e.opts.SlowStart == 0 && !e.kvActive() &&
 		e.cache == nil && e.opts.KVTransfers == nil && e.opts.Seen == nil
 }
 

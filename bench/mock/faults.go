@@ -19,7 +19,23 @@ const (
 
 // hasFaults reports whether any fault can be injected.
 func (o *Options) hasFaults() bool {
-	return o.ErrorRate > 0 || o.StallProb > 0 || o.DieMidStreamProb > 0
+	return o.ErrorRate > 0 || o.StallProb > 0 || o.DieMidStreamProb > 0 || o.DieAfterEvents > 0 || o.StallAfterEvents > 0
+}
+
+// dieAfter returns after how many events this stream dies
+// (Options.DieAfterEvents) or stalls (StallAfterEvents), or -1.
+func (e *Engine) dieAfter() (int, bool) {
+	k, stall := e.opts.DieAfterEvents, false
+	if k <= 0 {
+		k, stall = e.opts.StallAfterEvents, true
+	}
+	if k <= 0 {
+		return -1, false
+	}
+	if e.opts.DieStreams > 0 && e.dyingStreams.Add(1) > int64(e.opts.DieStreams) {
+		return -1, false
+	}
+	return k, stall
 }
 
 // drawFault decides a request's fault, drawing in a fixed order so that a

@@ -66,14 +66,19 @@ func (e *Engine) serveGenerate(ctx *fasthttp.RequestCtx) {
 // {"text", "output_ids", "meta_info": {...}} (+ "index" in batch streams).
 // Text and output_ids are cumulative, as SGLang streams them by default.
 func (e *Engine) appendGenerateItem(b []byte, r *Request, item, tokens int, finish finishKind, elapsed time.Duration) []byte {
+	ids := e.outputIDs(r, item)
 	b = append(b, `{"text":"`...)
-	b = appendOutputText(b, tokens) // vocabulary words need no escaping
+	if e.opts.ChainedOutput {
+		b = appendChainedText(b, ids[:tokens])
+	} else {
+		b = appendOutputText(b, tokens) // vocabulary words need no escaping
+	}
 	b = append(b, `","output_ids":[`...)
 	for k := 0; k < tokens; k++ {
 		if k > 0 {
 			b = append(b, ',')
 		}
-		b = appendInt(b, int64(outputID(k)))
+		b = appendInt(b, int64(ids[k]))
 	}
 	b = append(b, `],"meta_info":{"id":`...)
 	if r.Batch {
@@ -99,7 +104,7 @@ func (e *Engine) appendGenerateItem(b []byte, r *Request, item, tokens int, fini
 			if k > 0 {
 				b = append(b, ',')
 			}
-			b = appendLogprob(b, OutputLogprob, outputID(k))
+			b = appendLogprob(b, OutputLogprob, ids[k])
 		}
 		b = append(b, ']')
 	}
@@ -122,8 +127,34 @@ func (e *Engine) appendInputLogprobs(b []byte, r *Request, item int) []byte {
 		}
 		return appendLogprobs(b, PrefillInputLogprob, ids)
 	}
-	first := [1]int32{outputID(0)}
+	first := [1]int32{e.outputIDs(r, item)[0]}
 	return appendLogprobs(b, DecodeInputLogprob, first[:])
+}
+
+// outputIDs returns the item's output ids (at least one, r.MaxTokens in
+// all), computed once per request.
+func (e *Engine) outputIDs(r *Request, item int) []int32 {
+	if r.outputs == nil {
+		r.outputs = make([][]int32, r.Items)
+	}
+	if ids := r.outputs[item]; ids != nil {
+		return ids
+	}
+	n := max(r.MaxTokens, 1)
+	ids := make([]int32, 0, n)
+	if e.opts.ChainedOutput {
+		var prompt []int32
+		if item < len(r.prompts) {
+			prompt = r.prompts[item]
+		}
+		ids = chainedIDs(ids, prompt, n)
+	} else {
+		for k := 0; k < n; k++ {
+			ids = append(ids, outputID(k))
+		}
+	}
+	r.outputs[item] = ids
+	return ids
 }
 
 // appendFinishReason appends SGLang's finish_reason: null while generating,

@@ -40,6 +40,7 @@ type Request struct {
 	MaxTokens int
 
 	prompts      [][]int32 // token ids per prompt
+	outputs      [][]int32 // output ids per item, made on first use (Engine.outputIDs)
 	cached       []int     // per item: prompt tokens found in a KV cache (nil: none)
 	best         []int     // per item: prefix any earlier request had (Options.Seen)
 	hasRoom      bool

@@ -50,13 +50,20 @@ func (e *Engine) stream(ctx *fasthttp.RequestCtx, a *admitted, steps int, event 
 			}
 		}
 		defer release()
-		dieAt := -1
+		dieAt, stall := -1, false
 		if a.fault == faultDie {
 			dieAt = max(1, steps/2)
+		} else if k, s := e.dieAfter(); k >= 0 {
+			dieAt, stall = min(k, steps), s
 		}
 		buf := make([]byte, 0, 1024)
 		for k := 0; k < steps; k++ {
 			if k == dieAt {
+				if stall {
+					e.stats.stalls.Add(1)
+					waitClientGone(conn, stop, a.abort, maxStall)
+					return
+				}
 				time.Sleep(dieGrace)
 				e.kill(conn)
 				return
@@ -80,6 +87,11 @@ func (e *Engine) stream(ctx *fasthttp.RequestCtx, a *admitted, steps int, event 
 			if err := w.Flush(); err != nil {
 				return
 			}
+		}
+		if dieAt == steps && stall {
+			e.stats.stalls.Add(1)
+			waitClientGone(conn, stop, a.abort, maxStall)
+			return
 		}
 		if dieAt == steps {
 			time.Sleep(dieGrace)

@@ -45,6 +45,18 @@ func scrapeBusyLB(t *testing.T) string {
 	var kvFailed atomic.Bool
 	left := make(chan struct{}, 1)
 	good := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		if bytes.Contains(ctx.PostBody(), []byte("migrate")) {
+			// A stream whose decode dies after one event.
+			ctx.SetContentType("text/event-stream")
+			conn := ctx.Conn()
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+				w.WriteString(`data: {"text":"a","output_ids":[5],"meta_info":{"id":"x","finish_reason":null,"completion_tokens":1}}` + "\n\n")
+				w.Flush()
+				time.Sleep(20 * time.Millisecond)
+				conn.Close()
+			})
+			return
+		}
 		if bytes.Contains(ctx.PostBody(), []byte("leave")) {
 			// Working on it until pdlb hangs up: its client left.
 			left <- struct{}{}
@@ -70,7 +82,7 @@ func scrapeBusyLB(t *testing.T) string {
 		c.Cluster.Etcd = config.Default().Cluster.Etcd
 		c.Cluster.Etcd.Endpoints = []string{etcd.Endpoint()}
 		c.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 1, OpenTimeout: time.Minute, HalfOpenMaxRequests: 1, Window: time.Minute}
-		c.Retry.MaxAttempts = 3
+		c.Retry.MaxAttempts, c.Retry.MigrationLimit = 3, 1
 		c.Limits.MaxConcurrentRequests, c.Limits.QueueSize, c.Limits.QueueTimeout = 1, 0, time.Second
 		// Results are counted from the first check; no backend changes health.
 		c.Health = config.Health{Interval: 10 * time.Millisecond, Timeout: time.Second, FailThreshold: 1 << 20, PassThreshold: 1}
@@ -146,6 +158,13 @@ func scrapeBusyLB(t *testing.T) string {
 	}
 	unblock()
 	wg.Wait()
+	// A stream whose decode dies after one event: its breaker opens, the
+	// other decode's is open (last: it leaves no decode), so the migration finds no pair and the stream
+	// ends with the error event (pdlb_migrations_total{result="failed"}).
+	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"migrate","stream":true}`); resp.StatusCode != 200 ||
+		!strings.Contains(body, `"text":"a"`) || !strings.Contains(body, `{"error":`) || strings.Contains(body, "[DONE]") {
+		t.Fatalf("a stream whose migration finds no pair: %d %s", resp.StatusCode, body)
+	}
 	var body string
 	if !proxytest.WaitFor(5*time.Second, func() bool {
 		_, body = proxytest.Get(t, l.URL+"/metrics")
