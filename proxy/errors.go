@@ -55,6 +55,10 @@ type UpstreamError struct {
 	// RetryAfter is the backend's Retry-After header, if it sent one.
 	RetryAfter []byte
 	Err        error
+	// AfterPrefill marks a decode stream that timed out before its first
+	// event although its prefill had answered 200: it waited for KV that
+	// did not come, which may be the pair's fault (router: pair health).
+	AfterPrefill bool
 }
 
 func (e *UpstreamError) Error() string {
@@ -137,7 +141,10 @@ var pairFaultMarkers = [][]byte{
 
 // PairFault reports whether a decode's failure belongs to its pairing with
 // the prefill: a 5xx whose message is one of SGLang's KV-transfer or
-// handshake errors. Only failures read it, never a successful leg.
+// handshake errors. Only failures read it, never a successful leg. (A
+// decode stream that timed out after its prefill answered, AfterPrefill,
+// may be the pair's fault too, or the decode's: pair health counts it
+// against the pair, and the decode's breaker counts it as well.)
 func (e *UpstreamError) PairFault() bool {
 	if e.Kind != KindStatus || e.Status < 500 || e.Backend == nil || e.Backend.Role != Decode {
 		return false

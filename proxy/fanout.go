@@ -124,6 +124,10 @@ type attempt struct {
 	state    atomic.Int32
 	refs     atomic.Int32
 	pdone    chan *UpstreamError // capacity 1: the prefill goroutine's outcome
+	// prefillOK is set once the prefill has answered 200 (its whole answer,
+	// or a stream's first event): a decode that times out after it waited
+	// for KV that did not come (UpstreamError.AfterPrefill).
+	prefillOK atomic.Bool
 	pFirst   []byte              // prefill's first SSE event payload (stream + merge)
 	deadline time.Time
 	t        config.Timeouts
@@ -163,6 +167,7 @@ func (a *attempt) unref() {
 	}
 	a.x = Exchange{}
 	a.state.Store(pending)
+	a.prefillOK.Store(false)
 	a.pFirst = a.pFirst[:0]
 	a.merged = a.merged[:0]
 	a.ans = Answer{}
@@ -263,6 +268,9 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, cut)
 		return nil, <-a.pdone
 	default:
+		if err.Kind == KindTimeout && x.Stream && a.prefillOK.Load() {
+			err.AfterPrefill = true
+		}
 		a.setWhy(failedWhy(err, Decode))
 		a.pl.cancel(errCancelled)
 		p.settle(x.Decode, err)
@@ -295,6 +303,7 @@ func (a *attempt) runPrefill(firstByte time.Time) {
 	var first time.Time
 	if err == nil {
 		first = a.stamp()
+		a.prefillOK.Store(true)
 	}
 	if sr == nil && a.x.Tracer != nil {
 		// Before pdone: a prefill that failed first ends before its attempt.

@@ -298,3 +298,54 @@ func BenchmarkPickPair(b *testing.B) {
 		})
 	}
 }
+
+// TestDecodeTimeoutAfterPrefillCountsForThePair: a decode stream that sends
+// nothing before timeouts.decode_first_byte although its prefill answered
+// waited for KV that did not come: counted against the pair (and, as any
+// timeout, the decode's breaker). The same timeout while the prefill had not
+// answered, or on a non-stream request (whose first byte is the whole
+// generation), is not.
+func TestDecodeTimeoutAfterPrefillCountsForThePair(t *testing.T) {
+	// silent never answers a request until released.
+	silent := func(released <-chan struct{}) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if ctx.IsPost() {
+				<-released
+			}
+			proxytest.JSONAnswer(200, `{}`)(ctx)
+		}
+	}
+	cases := []struct {
+		name    string
+		prefill func(released <-chan struct{}) fasthttp.RequestHandler
+		body    string
+		counted bool
+	}{
+		{"stream, prefill answered", func(<-chan struct{}) fasthttp.RequestHandler { return sseEngine([]string{`{"p":1}`}, 0, false) },
+			`{"text":"hi","stream":true}`, true},
+		{"stream, prefill silent too", silent, `{"text":"hi","stream":true}`, false},
+		{"non-stream, prefill answered", func(<-chan struct{}) fasthttp.RequestHandler { return proxytest.JSONAnswer(200, `{}`) },
+			`{"text":"hi"}`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			released := make(chan struct{})
+			p := proxytest.NewEngine(t, tc.prefill(released))
+			d := proxytest.NewEngine(t, silent(released))
+			t.Cleanup(func() { close(released) }) // runs before the engines' shutdown
+			l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, func(c *config.Config) {
+				c.Timeouts.DecodeFirstByte, c.Timeouts.PrefillFirstByte = 300*time.Millisecond, 2*time.Second
+				c.Breaker.PairFailures, c.Breaker.PairWindow, c.Breaker.PairCooldown = 1, time.Minute, time.Hour
+				c.Retry.MaxAttempts = 1
+			})
+			resp, err := http.Post(l.URL+"/generate", "application/json", strings.NewReader(tc.body))
+			resp, body := proxytest.ReadAll(t, resp, err)
+			if resp.StatusCode != 504 {
+				t.Fatalf("status %d %s, want 504 (the decode timed out)", resp.StatusCode, body)
+			}
+			if got := len(l.router.AvoidedPairs()) == 1; got != tc.counted {
+				t.Errorf("pair avoided %v, want %v", got, tc.counted)
+			}
+		})
+	}
+}

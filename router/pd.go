@@ -82,7 +82,7 @@ func (q *request) exchange() *proxy.Stream {
 		}
 		all503 = all503 && uerr.Kind == proxy.KindStatus && uerr.Status == fasthttp.StatusServiceUnavailable
 		pairFault := uerr.PairFault()
-		if pairFault {
+		if pairFault || uerr.AfterPrefill {
 			q.pairFailed(uerr.Backend)
 		}
 		if attempt >= cfg.Retry.MaxAttempts || !uerr.Retryable() {

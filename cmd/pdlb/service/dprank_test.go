@@ -114,6 +114,9 @@ func TestDPAwareSpreadsRanks(t *testing.T) {
 	}
 	// A client's rank wins.
 	proxytest.Post(t, l.URL+"/generate", `{"text":"hi","disagg_prefill_dp_rank":1}`)
+	// The prefill leg runs beside the decode's: it may reach its engine
+	// just after the client has its answer.
+	proxytest.WaitFor(2*time.Second, func() bool { return len(posts(p)) == 5 })
 	if ps := posts(p); len(ps) != 5 {
 		t.Fatalf("%d prefill requests, want 5", len(ps))
 	}
