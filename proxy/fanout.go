@@ -118,23 +118,23 @@ const (
 // the legs' connections and the body buffer, so nothing is allocated per
 // request beyond what fasthttp and gobreaker need.
 type attempt struct {
-	x        Exchange
-	p        *Proxy
-	pl, dl   leg
-	state    atomic.Int32
-	refs     atomic.Int32
-	pdone    chan *UpstreamError // capacity 1: the prefill goroutine's outcome
+	x      Exchange
+	p      *Proxy
+	pl, dl leg
+	state  atomic.Int32
+	refs   atomic.Int32
+	pdone  chan *UpstreamError // capacity 1: the prefill goroutine's outcome
 	// prefillOK is set once the prefill has answered 200 (its whole answer,
 	// or a stream's first event): a decode that times out after it waited
 	// for KV that did not come (UpstreamError.AfterPrefill).
 	prefillOK atomic.Bool
-	pFirst   []byte              // prefill's first SSE event payload (stream + merge)
-	deadline time.Time
-	t        config.Timeouts
-	ans      Answer
-	merged   []byte // merged non-stream body
-	stream   Stream
-	watch    *clientWatch
+	pFirst    []byte // prefill's first SSE event payload (stream + merge)
+	deadline  time.Time
+	t         config.Timeouts
+	ans       Answer
+	merged    []byte // merged non-stream body
+	stream    Stream
+	watch     *clientWatch
 	// start is when the legs were sent (the observer's answer times).
 	start time.Time
 	// ptrace and dtrace hold the legs' trace head lines: the caller's may
