@@ -511,6 +511,13 @@ func TestFaultThousandClientsWithDisconnects(t *testing.T) {
 		// small machine; the SYN retransmit (1 s, then 3 s) must not look
 		// like a dead engine.
 		c.Timeouts.Connect = 5 * time.Second
+		// On a loaded 2-core machine (the race detector, other tests) a
+		// thousand requests at once can wait seconds for an engine: a run of
+		// such timeouts would open a good engine's breaker and hide what this
+		// test checks (hang-ups never count). Timeouts up to the test's own
+		// 15 s bound leave only that.
+		c.Timeouts.PrefillFirstByte, c.Timeouts.DecodeFirstByte, c.Timeouts.DecodeIdle = 14*time.Second, 14*time.Second, 14*time.Second
+		c.Timeouts.Request = 14 * time.Second
 	})
 	addr := strings.TrimPrefix(l.URL, "http://")
 
