@@ -1,9 +1,7 @@
 package config
 
 import (
-	"errors"
 	"math"
-	"strings"
 	"testing"
 )
 
@@ -25,20 +23,11 @@ func TestValidateCacheAware(t *testing.T) {
 		{"block too small", func(ca *CacheAware) { ca.BlockBytes = 8 }, "policy.cache_aware.block_bytes", "8 out of range 16..4096"},
 		{"block too large", func(ca *CacheAware) { ca.BlockBytes = 8192 }, "policy.cache_aware.block_bytes", "out of range"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c.Policy.CacheAware)
-			err := c.Validate()
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("err = %v (%T), want *config.Error", err, err)
-			}
-			if ce.Key != tt.wantKey || !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("err = %q, want key %s and %q", err, tt.wantKey, tt.wantMsg)
-			}
-		})
+	refusals := make([]refusal, len(tests))
+	for i, tt := range tests {
+		refusals[i] = refusal{tt.name, func(c *Config) { tt.mutate(&c.Policy.CacheAware) }, tt.wantKey, tt.wantMsg}
 	}
+	checkRefusals(t, refusals)
 }
 
 // Edges that are allowed: a threshold of 0 (always follow the best match),

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -27,20 +26,11 @@ func TestValidateTracing(t *testing.T) {
 		{"header name with a space", func(t *Tracing) { t.Headers = map[string]string{"api key": "x"} }, "tracing.headers", `"api key" is not a header name`},
 		{"header value with a line break", func(t *Tracing) { t.Headers = map[string]string{"x-key": "a\r\nb: c"} }, "tracing.headers.x-key", "line break"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := validConfig()
-			tt.mutate(&c.Tracing)
-			err := c.Validate()
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("err = %v (%T), want *config.Error", err, err)
-			}
-			if ce.Key != tt.wantKey || !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("err = %q, want key %s and %q", err, tt.wantKey, tt.wantMsg)
-			}
-		})
+	refusals := make([]refusal, len(tests))
+	for i, tt := range tests {
+		refusals[i] = refusal{tt.name, func(c *Config) { tt.mutate(&c.Tracing) }, tt.wantKey, tt.wantMsg}
 	}
+	checkRefusals(t, refusals)
 }
 
 func TestValidateTracingAccepts(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"pdlb/config"
 	"pdlb/proxy"
 	"pdlb/proxy/proxytest"
+	"pdlb/router/policy"
 )
 
 // kvFailure is the 500 SGLang's decode answers when a request's KV never
@@ -347,5 +348,38 @@ func TestDecodeTimeoutAfterPrefillCountsForThePair(t *testing.T) {
 				t.Errorf("pair avoided %v, want %v", got, tc.counted)
 			}
 		})
+	}
+}
+
+// TestAvoidedPairTeachesThePolicyNothing: a prefill offered and then given
+// up because its only decode is avoided with it must not be recorded by
+// cache_aware as holding the prompt (it never saw it); the prefill that
+// served it is.
+func TestAvoidedPairTeachesThePolicyNothing(t *testing.T) {
+	a := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	b := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
+	x := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"ok"}`))
+	l := startLB(t, []*proxytest.Engine{a, b}, []*proxytest.Engine{x}, func(c *config.Config) {
+		c.Policy = config.Default().Policy
+		c.Policy.Prefill = "cache_aware"
+	})
+	r := l.router
+	r.pairs.setRule(PairRule{Failures: 1, Window: time.Minute, Cooldown: time.Hour})
+	r.pairs.failed(a.URL, x.URL)
+	// B busy, so cache_aware offers the new prompt to A first.
+	busy, _ := l.pool.Find(b.URL).Acquire()
+	defer busy.Release()
+	prompt := strings.Repeat("a prompt that A never sees ", 40)
+	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"`+prompt+`"}`); resp.StatusCode != 200 || a.Count() != 0 || b.Count() != 1 {
+		t.Fatalf("%d %s; A got %d, B %d requests, want B only", resp.StatusCode, body, a.Count(), b.Count())
+	}
+	pol := r.policies.Load().prefill
+	match := func(e *proxytest.Engine) float64 {
+		be := l.pool.Find(e.URL)
+		_, why := pol.Pick(policy.Request{Prompt: []byte(`"` + prompt + `"`)}, []*proxy.Backend{be}, func(*proxy.Backend) bool { return true })
+		return why.Value
+	}
+	if ma, mb := match(a), match(b); ma != 0 || mb < 0.9 {
+		t.Errorf("cache_aware holds the prompt at A %.2f, at B %.2f; want 0 and about 1", ma, mb)
 	}
 }

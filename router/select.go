@@ -101,6 +101,7 @@ func (r *Router) pickPairWith(q *request, pr policy.Request, ok func(*proxy.Back
 		return pt, pt, nil, why
 	}
 	p := pt.Backend()
+	prefillReq := pr
 	pr.Prefill = p
 	decodeOK := ok
 	if avoids != nil {
@@ -111,11 +112,23 @@ func (r *Router) pickPairWith(q *request, pr policy.Request, ok func(*proxy.Back
 		pt.Release()
 		return proxy.Ticket{}, dt, p, why
 	}
+	// The policies learn the pair only once it is whole: a prefill offered
+	// and given up (no decode, or only avoided ones) holds nothing.
+	chosen(pols.prefill, prefillReq, p)
+	chosen(pols.decode, pr, dt.Backend())
 	return pt, dt, nil, ""
 }
 
+// chosen tells a policy that learns from its choices (policy.Observer)
+// which backend serves the request.
+func chosen(pol policy.Policy, pr policy.Request, b *proxy.Backend) {
+	if o, isObserver := pol.(policy.Observer); isObserver {
+		o.Chosen(pr, b)
+	}
+}
+
 // pickOne asks pol for a backend of role and its breaker for admission,
-// until one admits or none is left; the policy learns the outcome.
+// until one admits or none is left.
 func (r *Router) pickOne(role proxy.Role, pol policy.Policy, pr policy.Request, ok func(*proxy.Backend) bool, reason *policy.Reason) (proxy.Ticket, string) {
 	all := r.pool.Backends(role)
 	var refused []*proxy.Backend
@@ -125,9 +138,6 @@ func (r *Router) pickOne(role proxy.Role, pol policy.Policy, pr policy.Request, 
 			return proxy.Ticket{}, noBackendMessage(role, len(all))
 		}
 		if t, admitted := b.Acquire(); admitted {
-			if o, isObserver := pol.(policy.Observer); isObserver {
-				o.Chosen(pr, b)
-			}
 			*reason = why
 			return t, ""
 		}
