@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"pdlb/bootstrap/etcdstore/etcdtest"
+	"pdlb/proxy/proxytest"
 )
 
 // TestClusterOfThreeReplicas runs what README "Running several replicas"
@@ -37,7 +37,7 @@ func TestClusterOfThreeReplicas(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	etcd := etcdtest.Start(t, "127.0.0.1")
-	ports := freePorts(t, 6) // the same on every replica's address
+	ports := proxytest.FreePorts(t, 6, "127.0.0.1", "127.0.0.2", "127.0.0.3") // the same on every replica's address
 	serve, admin, boot := ports[0], ports[1], ports[2]
 	prefill, decode1, decode2 := ports[3], ports[4], ports[5]
 	c := &cluster{t: t, bin: bin, dir: dir, client: http.Client{Timeout: 10 * time.Second}}
@@ -276,37 +276,4 @@ func (r *replica) storeUp(c *cluster) string {
 		}
 	}
 	return ""
-}
-
-// freePorts finds n ports free on 127.0.0.1, .2 and .3 alike.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var out []int
-	var held []net.Listener
-	defer func() {
-		for _, ln := range held {
-			ln.Close()
-		}
-	}()
-	for len(out) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, ln)
-		port := ln.Addr().(*net.TCPAddr).Port
-		free := true
-		for _, h := range []string{"127.0.0.2", "127.0.0.3"} {
-			l2, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
-			if err != nil {
-				free = false
-				break
-			}
-			held = append(held, l2)
-		}
-		if free {
-			out = append(out, port)
-		}
-	}
-	return out
 }

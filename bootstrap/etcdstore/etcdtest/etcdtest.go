@@ -7,6 +7,7 @@ package etcdtest
 import (
 	"net"
 	"net/url"
+	"pdlb/proxy/proxytest"
 	"strconv"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 type Etcd struct {
 	t      testing.TB
 	dir    string
+	host   string
+	served bool // it has served once: a restart keeps its ports
 	client url.URL
 	peer   url.URL
 	e      *embed.Etcd
@@ -30,9 +33,8 @@ type Etcd struct {
 // when the test ends.
 func Start(t testing.TB, host string) *Etcd {
 	t.Helper()
-	e := &Etcd{t: t, dir: t.TempDir(),
-		client: url.URL{Scheme: "http", Host: freeAddr(t, host)},
-		peer:   url.URL{Scheme: "http", Host: freeAddr(t, host)}}
+	e := &Etcd{t: t, dir: t.TempDir(), host: host}
+	e.pickPorts()
 	e.Start()
 	t.Cleanup(func() { e.Stop(); e.Wait() })
 	return e
@@ -53,9 +55,7 @@ func (e *Etcd) Start() {
 	cfg := embed.NewConfig()
 	cfg.Name = "pdlb-test"
 	cfg.Dir = e.dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{e.client}, []url.URL{e.client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{e.peer}, []url.URL{e.peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e.setURLs(cfg)
 	// Its closing words ("server closed") are not the test's failures.
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	// A test's etcd serves a handful of keys; a small backend keeps its
@@ -63,9 +63,15 @@ func (e *Etcd) Start() {
 	cfg.QuotaBackendBytes = 64 << 20
 	var err error
 	for attempt := 0; ; attempt++ {
-		// A restart may find its ports in TIME_WAIT for a moment.
+		// A restart may find its ports in TIME_WAIT for a moment; a first
+		// start whose ports another test took since they were found free
+		// takes others.
 		if e.e, err = embed.StartEtcd(cfg); err == nil || attempt == 20 {
 			break
+		}
+		if !e.served {
+			e.pickPorts()
+			e.setURLs(cfg)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -74,6 +80,7 @@ func (e *Etcd) Start() {
 	}
 	select {
 	case <-e.e.Server.ReadyNotify():
+		e.served = true
 	case err := <-e.e.Err():
 		e.t.Fatalf("etcd: %v", err)
 	case <-time.After(30 * time.Second):
@@ -112,13 +119,17 @@ func (e *Etcd) Wait() {
 	}
 }
 
-// freeAddr finds a free port on host.
-func freeAddr(t testing.TB, host string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+func (e *Etcd) setURLs(cfg *embed.Config) {
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{e.client}, []url.URL{e.client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{e.peer}, []url.URL{e.peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+}
+
+// pickPorts chooses the client and peer ports (below the kernel's
+// ephemeral range, so that no other test's ":0" takes them between a Stop
+// and a Start).
+func (e *Etcd) pickPorts() {
+	ports := proxytest.FreePorts(e.t, 2, e.host)
+	e.client = url.URL{Scheme: "http", Host: net.JoinHostPort(e.host, strconv.Itoa(ports[0]))}
+	e.peer = url.URL{Scheme: "http", Host: net.JoinHostPort(e.host, strconv.Itoa(ports[1]))}
 }

@@ -25,7 +25,7 @@ func startReplicaLB(t *testing.T, e *etcdtest.Etcd, d *proxytest.Engine, p *prox
 	cfg := testConfig()
 	cfg.Prefill = []config.Prefill{{URL: p.URL}}
 	cfg.Decode = []config.Decode{{URL: d.URL}}
-	cfg.Admin = config.Admin{Host: "127.0.0.1", Port: freePort(t)}
+	cfg.Admin = config.Admin{Host: "127.0.0.1", Port: proxytest.FreePort(t)}
 	cfg.Cluster.Etcd = config.Default().Cluster.Etcd
 	cfg.Cluster.Etcd.Endpoints = []string{e.Endpoint()}
 	cfg.Cluster.Etcd.RequestTimeout = time.Second

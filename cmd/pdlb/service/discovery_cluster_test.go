@@ -25,7 +25,7 @@ import (
 func TestDiscoveryWithEtcdReplicas(t *testing.T) {
 	e := etcdtest.Start(t, "127.0.0.1")
 	kube := fake.NewClientset()
-	bootstrapPort := freePort(t)
+	bootstrapPort := proxytest.FreePort(t)
 	replica := func(host string) *kubeLB {
 		return startKubeLB(t, kube, testLog(t), func(c *config.Config) {
 			c.Server.Host = host

@@ -40,7 +40,7 @@ func TestDPAwareSpreadsRanks(t *testing.T) {
 	p := proxytest.NewEngine(t, engine(`{}`))
 	d := proxytest.NewEngine(t, engine(`{"internal_states":[{},{}]}`))
 	t.Cleanup(release)
-	bootPort, adminPort := freePort(t), freePort(t)
+	bootPort, adminPort := proxytest.FreePort(t), proxytest.FreePort(t)
 	l := startLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {
 		c.Bootstrap = config.Default().Bootstrap
 		c.Bootstrap.ListenHost = "127.0.0.1"

@@ -55,7 +55,7 @@ func registered(s *Service, port int) int {
 // registration; one that registers again meanwhile keeps it.
 func TestForgetAfterOneInstance(t *testing.T) {
 	p, sick := sickEngine(t)
-	port := freePort(t)
+	port := proxytest.FreePort(t)
 	s := forgetLB(t, p, "127.0.0.1", port, nil)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	if code, body := send(t, "PUT", base+"/route", oneRank); code != 200 {
@@ -81,7 +81,7 @@ func TestForgetAfterOneInstance(t *testing.T) {
 // checks have failed the prefill for forget_after.
 func TestForgetAfterNeedsEveryReplica(t *testing.T) {
 	etcd := etcdtest.Start(t, "127.0.0.1")
-	port := freePort(t)
+	port := proxytest.FreePort(t)
 	// Each replica checks its own engine, so one can fail while the other passes.
 	pa, sickA := sickEngine(t)
 	pb, sickB := sickEngine(t)

@@ -96,7 +96,7 @@ func TestNoLogLineRepeatsAKey(t *testing.T) {
 	logs := &proxytest.SyncBuffer{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 
-	bootPort, adminPort := freePort(t), freePort(t)
+	bootPort, adminPort := proxytest.FreePort(t), proxytest.FreePort(t)
 	bootURL := "http://127.0.0.1:" + strconv.Itoa(bootPort)
 	prefill := mock.New(mock.Options{Role: mock.RolePrefill, Bootstrap: bootURL, TokenDelay: -1, RegisterBackoff: 20 * time.Millisecond}, log)
 	prefillLn := listen(t)
@@ -144,8 +144,8 @@ func TestNoLogLineRepeatsAKey(t *testing.T) {
 	ext := testConfig()
 	ext.Bootstrap = config.Default().Bootstrap
 	ext.Bootstrap.Mode, ext.Bootstrap.PollInterval = "external", 20*time.Millisecond
-	deadPort := freePort(t)
-	ext.Prefill = []config.Prefill{{URL: "http://127.0.0.1:" + strconv.Itoa(freePort(t)), BootstrapPort: &deadPort}}
+	deadPort := proxytest.FreePort(t)
+	ext.Prefill = []config.Prefill{{URL: "http://127.0.0.1:" + strconv.Itoa(proxytest.FreePort(t)), BootstrapPort: &deadPort}}
 	ext.Decode = []config.Decode{{URL: overloaded.URL}}
 	startService(t, &ext, log)
 	if !proxytest.WaitFor(5*time.Second, func() bool { return bytes.Contains(logs.Bytes(), []byte("prefill registry not ready")) }) {

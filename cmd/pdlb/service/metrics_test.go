@@ -74,7 +74,7 @@ func scrapeBusyLB(t *testing.T) string {
 		}
 		proxytest.JSONAnswer(200, `{"ok":true}`)(ctx)
 	})
-	port1, port2 := freePort(t), freePort(t)
+	port1, port2 := proxytest.FreePort(t), proxytest.FreePort(t)
 	// A replica of a cluster, so pdlb_cluster_store_up is written too (and
 	// the registrations below go through etcd).
 	etcd := etcdtest.Start(t, "127.0.0.1")

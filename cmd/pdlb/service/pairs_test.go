@@ -18,7 +18,7 @@ func TestWorkersShowAvoidedPairs(t *testing.T) {
 	kv := proxytest.NewEngine(t, proxytest.JSONAnswer(500,
 		`{"error":{"message":"Decode transfer failed for request rank=0 with exception KVTransferError(bootstrap_room=1): Failed to get kvcache from prefill instance, it might be dead"}}`))
 	other := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"ok"}`))
-	adminPort := freePort(t)
+	adminPort := proxytest.FreePort(t)
 	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{kv}, func(c *config.Config) {
 		c.Admin = config.Admin{Host: "127.0.0.1", Port: adminPort}
 		c.Breaker.PairFailures, c.Breaker.PairWindow, c.Breaker.PairCooldown = 1, time.Minute, time.Hour

@@ -16,12 +16,7 @@ import (
 func TestDrainedPrefillRetiresItsRegistryListener(t *testing.T) {
 	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := proxytest.FreePort(t)
 	l := startLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {
 		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
 		c.Prefill = []config.Prefill{{URL: p.URL, BootstrapPort: &port}}
@@ -52,7 +47,7 @@ func TestDrainedPrefillRetiresItsRegistryListener(t *testing.T) {
 func TestReloadMovesARegistryListener(t *testing.T) {
 	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
-	oldPort, newPort := freePort(t), freePort(t)
+	oldPort, newPort := proxytest.FreePort(t), proxytest.FreePort(t)
 	l := startLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {
 		c.Bootstrap = config.Bootstrap{Mode: "embedded", AdvertiseHost: "127.0.0.1", ListenHost: "127.0.0.1", InfoWait: time.Second}
 		c.Prefill = []config.Prefill{{URL: p.URL, BootstrapPort: &oldPort}}
@@ -80,14 +75,4 @@ func TestReloadMovesARegistryListener(t *testing.T) {
 	if bs := b.Bootstrap(); bs.Port == nil || *bs.Port != newPort || bs.Addr != "127.0.0.1:"+strconv.Itoa(newPort) {
 		t.Fatalf("prefill rendezvous after reload = %+v", bs)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

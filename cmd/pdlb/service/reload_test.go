@@ -145,7 +145,7 @@ func TestFailedReloadChangesNothing(t *testing.T) {
 	p2 := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	d2 := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
-	port, taken := freePort(t), proxytest.Listen(t, "127.0.0.1:0")
+	port, taken := proxytest.FreePort(t), proxytest.Listen(t, "127.0.0.1:0")
 	defer taken.Close()
 	takenPort := taken.Addr().(*net.TCPAddr).Port
 	l := startLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {

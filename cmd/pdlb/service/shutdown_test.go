@@ -19,7 +19,7 @@ func TestShutdownRightAfterStart(t *testing.T) {
 		cfg := testConfig()
 		cfg.Prefill = []config.Prefill{{URL: p.URL}}
 		cfg.Decode = []config.Decode{{URL: d.URL}}
-		cfg.Admin = config.Admin{Host: "127.0.0.1", Port: freePort(t)}
+		cfg.Admin = config.Admin{Host: "127.0.0.1", Port: proxytest.FreePort(t)}
 		svc, err := New(&cfg, testLog(t))
 		if err != nil {
 			t.Fatal(err)

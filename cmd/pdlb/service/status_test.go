@@ -45,7 +45,7 @@ func startStatusLBClock(t *testing.T, clk *fakeClock, prefills, decodes []*proxy
 	for _, d := range decodes {
 		cfg.Decode = append(cfg.Decode, config.Decode{URL: d.URL})
 	}
-	cfg.Admin = config.Admin{Host: "127.0.0.1", Port: freePort(t)}
+	cfg.Admin = config.Admin{Host: "127.0.0.1", Port: proxytest.FreePort(t)}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -327,7 +327,7 @@ func do(t *testing.T, req *http.Request) (*http.Response, string) {
 func TestStatusRegistryRanks(t *testing.T) {
 	p := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
 	d := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{}`))
-	bootPort := freePort(t)
+	bootPort := proxytest.FreePort(t)
 	l := startStatusLB(t, nil, []*proxytest.Engine{d}, func(c *config.Config) {
 		c.Bootstrap = config.Default().Bootstrap
 		c.Bootstrap.Mode, c.Bootstrap.ListenHost = "embedded", "127.0.0.1"

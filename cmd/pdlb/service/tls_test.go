@@ -300,7 +300,7 @@ func TestReloadSwapsCertificates(t *testing.T) {
 func TestAdminListenerTLS(t *testing.T) {
 	p := newPKI(t)
 	logs := &proxytest.SyncBuffer{}
-	port := freePort(t)
+	port := proxytest.FreePort(t)
 	tlsLB(t, p, logs, func(c *config.Config) {
 		c.Server.TLS = config.ListenerTLS{}
 		c.Admin = config.Admin{Host: "127.0.0.1", Port: port, TLS: config.ListenerTLS{CertFile: p.certFile, KeyFile: p.keyFil, ClientCAFile: p.caFile}}

@@ -253,7 +253,7 @@ func TestAdminAddsHTTPSWorker(t *testing.T) {
 	p := proxytest.NewEngine(t, engineAnswer)
 	old := proxytest.NewEngine(t, proxytest.JSONAnswer(200, `{"text":"plain"}`))
 	added := proxytest.NewTLSEngine(t, ca.Issue(t, "engine", proxytest.CertOptions{}).ServerConfig(nil), engineAnswer)
-	port := freePort(t)
+	port := proxytest.FreePort(t)
 	svc := httpsLB(t, &proxytest.SyncBuffer{}, p, old, config.UpstreamTLS{CAFile: ca.WriteCA(t, dir, "ca")}, func(c *config.Config) {
 		c.Admin = config.Admin{Host: "127.0.0.1", Port: port}
 	})

@@ -1,0 +1,68 @@
+package proxytest
+
+import (
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"testing"
+)
+
+// Ports a test reserves for something it starts later (a pdlb listener, an
+// etcd member) come from below the kernel's ephemeral range (32768–60999 on
+// Linux). A port the kernel handed out for ":0" and a test closed again is
+// the next ":0" of any other test binary running in parallel, and every
+// outgoing connection's local port is drawn from that range too: CI once saw
+// etcd fail to bind a port found free a moment before. Nothing takes a port
+// below the range unless asked for it by number.
+const (
+	reservedLow  = 10000
+	reservedHigh = 32768
+)
+
+// FreePort returns a port below the ephemeral range that is free on every
+// one of hosts (127.0.0.1 when none is named) at the time of the call.
+func FreePort(t testing.TB, hosts ...string) int {
+	t.Helper()
+	return FreePorts(t, 1, hosts...)[0]
+}
+
+// FreePorts returns n distinct such ports.
+func FreePorts(t testing.TB, n int, hosts ...string) []int {
+	t.Helper()
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1"}
+	}
+	var out []int
+	seen := map[int]bool{}
+	for attempt := 0; len(out) < n; attempt++ {
+		if attempt == 10000 {
+			t.Fatalf("no free port in %d–%d on %v", reservedLow, reservedHigh-1, hosts)
+		}
+		port := reservedLow + rand.IntN(reservedHigh-reservedLow)
+		if seen[port] {
+			continue
+		}
+		seen[port] = true
+		if freeOnAll(port, hosts) {
+			out = append(out, port)
+		}
+	}
+	return out
+}
+
+func freeOnAll(port int, hosts []string) bool {
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	for _, h := range hosts {
+		ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		held = append(held, ln)
+	}
+	return true
+}
