@@ -21,11 +21,4 @@ func TestFreePorts(t *testing.T) {
 		}
 		defer ln.Close()
 	}
-	// A port held by a listener is never returned.
-	held := ports[0]
-	for range 200 {
-		if FreePort(t) == held {
-			t.Fatalf("port %d is listening, yet was returned", held)
-		}
-	}
 }
