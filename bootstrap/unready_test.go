@@ -54,9 +54,7 @@ func blockingSleep(ctx context.Context, _ time.Duration) error {
 // UnreadyLogEvery with how long it has been unready (it was logged at
 // debug only, so a user saw 503s and no reason).
 func TestPollerLogsAnUnreachableRegistry(t *testing.T) {
-	ln := proxytest.Listen(t, "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens: connection refused
+	addr := proxytest.ClosedAddr(t) // nothing listens: connection refused
 	clk := newFakeClock()
 	buf := &proxytest.SyncBuffer{}
 	p := NewPoller(PollerOptions{Interval: time.Second, Refresh: time.Second, Clock: pdlb.Clock{Now: clk.Now, Sleep: blockingSleep}},

@@ -53,13 +53,7 @@ func newHealthEngine(t *testing.T, status int) *healthEngine {
 // closedPortURL returns an address nothing listens on.
 func closedPortURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
+	return "http://" + proxytest.ClosedAddr(t)
 }
 
 func mustBackend(t testing.TB, url string, role Role) *Backend {

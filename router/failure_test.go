@@ -65,9 +65,7 @@ func TestPrefill4xxForwardedAsIs(t *testing.T) {
 }
 
 func TestPrefillConnectErrorIs502(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := &proxytest.Engine{URL: "http://" + ln.Addr().String()}
-	ln.Close()
+	dead := &proxytest.Engine{URL: "http://" + proxytest.ClosedAddr(t)}
 	d := proxytest.NewEngine(t, hang(10*time.Second))
 	l := startLB(t, []*proxytest.Engine{dead}, []*proxytest.Engine{d})
 	resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi"}`)

@@ -2,6 +2,7 @@ package floor
 
 import (
 	"net"
+	"pdlb/proxy/proxytest"
 	"strings"
 	"sync"
 	"testing"
@@ -126,9 +127,7 @@ func TestSpliceEmptyObjectAndRejects(t *testing.T) {
 
 func TestDecodeDown(t *testing.T) {
 	p := newBackend(t, 200, "application/json", `{}`)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + proxytest.ClosedAddr(t)
 	resp := call(New(p.url, dead, 1), `{"a":1}`)
 	if resp.StatusCode() != 502 || !strings.Contains(string(resp.Body()), "decode") {
 		t.Errorf("decode down: %d %s, want 502 naming the decode", resp.StatusCode(), resp.Body())

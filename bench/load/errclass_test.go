@@ -2,7 +2,7 @@ package load
 
 import (
 	"context"
-	"net"
+	"pdlb/proxy/proxytest"
 	"testing"
 	"time"
 
@@ -19,13 +19,8 @@ func TestErrorClasses(t *testing.T) {
 	stalled := serve(t, func(ctx *fasthttp.RequestCtx) { <-stall })
 	t.Cleanup(func() { close(stall) }) // runs before the server's Shutdown, which waits for handlers
 
-	// A port that was just free: nothing listens there, so connects are refused.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	// Nothing listens there, so connects are refused.
+	closed := "http://" + proxytest.ClosedAddr(t)
 
 	for _, tc := range []struct {
 		name, url, class string

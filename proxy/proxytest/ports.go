@@ -66,3 +66,11 @@ func freeOnAll(port int, hosts []string) bool {
 	}
 	return true
 }
+
+// ClosedAddr returns "127.0.0.1:port" for a port nothing listens on, to
+// test refused connections: below the ephemeral range, so no other test's
+// ":0" listener or outgoing connection takes it meanwhile.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}

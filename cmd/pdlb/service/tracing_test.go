@@ -329,9 +329,7 @@ func TestTracingRetry(t *testing.T) {
 // accepts them and never answers, slows no request (spans queue in bounded
 // memory and are dropped), and shutdown is bounded by the flush timeout.
 func TestTracingDeadCollector(t *testing.T) {
-	closed := proxytest.Listen(t, "127.0.0.1:0")
-	deadURL := "http://" + closed.Addr().String()
-	closed.Close()
+	deadURL := "http://" + proxytest.ClosedAddr(t)
 	hung := make(chan struct{})
 	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
