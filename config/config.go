@@ -28,6 +28,8 @@ type Config struct {
 
 	// UpstreamTLS is how pdlb speaks to https:// backends.
 	UpstreamTLS UpstreamTLS `koanf:"upstream_tls"`
+	// UpstreamAuth is the credentials pdlb presents to engines.
+	UpstreamAuth UpstreamAuth `koanf:"upstream_auth"`
 }
 
 // Server is the client-facing listener.
@@ -86,6 +88,21 @@ type UpstreamTLS struct {
 	// test bench only; pdlb logs a warning at every start and reload.
 	// Default false.
 	InsecureSkipVerify bool `koanf:"insecure_skip_verify"`
+}
+
+// UpstreamAuth is the credentials pdlb presents to engines started with
+// SGLang's --api-key or --admin-api-key (every engine the same, as
+// SGLang's own balancer and gateway expect). The client's own
+// Authorization header is never passed to an engine.
+type UpstreamAuth struct {
+	// APIKey is the engines' --api-key, sent as "Authorization: Bearer
+	// <key>" on every leg and call but /health* (which SGLang leaves open).
+	// Default "" (none sent).
+	APIKey string `koanf:"api_key"`
+	// AdminAPIKey is the engines' --admin-api-key, sent instead of api_key
+	// on the engine routes SGLang guards with it (/abort_request,
+	// /flush_cache). Default "" (api_key is sent there).
+	AdminAPIKey string `koanf:"admin_api_key"`
 }
 
 // Prefill is one prefill engine.

@@ -22,6 +22,7 @@ func (c *Config) Validate() error {
 		c.checkServerTLS,
 		c.checkBackends,
 		c.checkUpstreamTLS,
+		c.checkUpstreamAuth,
 		c.checkLimits,
 		c.checkLog,
 		c.checkBootstrap,

@@ -267,6 +267,7 @@ func TestChartValues(t *testing.T) {
 	r := render(t, `replicaCount: 1
 shutdownGraceSeconds: 120
 adminApiKeySecret: {name: pdlb-admin}
+upstreamAuthSecret: {name: sglang-keys}
 metrics: {scrapeAnnotations: false}
 podDisruptionBudget: {enabled: false}
 config:
@@ -282,6 +283,17 @@ config:
 	}
 	if cfg.Admin.APIKey != "from-a-secret" {
 		t.Errorf("adminApiKeySecret does not set admin.api_key (env %+v)", pod.Spec.Containers[0].Env)
+	}
+	if cfg.UpstreamAuth.APIKey != "from-a-secret" || cfg.UpstreamAuth.AdminAPIKey != "from-a-secret" {
+		t.Errorf("upstreamAuthSecret does not set upstream_auth (env %+v)", pod.Spec.Containers[0].Env)
+	}
+	for _, e := range pod.Spec.Containers[0].Env {
+		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil && ref.SecretKeyRef.Name == "sglang-keys" {
+			if want := map[string]string{"PDLB_UPSTREAM_AUTH_API_KEY": "api-key", "PDLB_UPSTREAM_AUTH_ADMIN_API_KEY": "admin-api-key"}[e.Name]; ref.SecretKeyRef.Key != want ||
+				ref.SecretKeyRef.Optional == nil || !*ref.SecretKeyRef.Optional {
+				t.Errorf("%s from key %q (optional %v), want %q, optional", e.Name, ref.SecretKeyRef.Key, ref.SecretKeyRef.Optional, want)
+			}
+		}
 	}
 	if cfg.Server.APIKey != "client-key" || cfg.Bootstrap.AdvertiseHost != "10.0.0.7" {
 		t.Errorf("the user's config keys were lost: %+v", cfg.Server)

@@ -64,6 +64,9 @@ const (
 	AbortDropped
 	// AbortSkipped: the engine is remembered to lack the route.
 	AbortSkipped
+	// AbortUnauthorized: the engine refused pdlb's credentials (401, 403):
+	// upstream_auth lacks its --admin-api-key (or --api-key).
+	AbortUnauthorized
 )
 
 func (r AbortResult) String() string {
@@ -78,6 +81,8 @@ func (r AbortResult) String() string {
 		return "dropped"
 	case AbortSkipped:
 		return "skipped"
+	case AbortUnauthorized:
+		return "unauthorized"
 	}
 	return "unknown"
 }
@@ -231,6 +236,10 @@ func (p *Proxy) sendAbort(b *Backend, body []byte, timeout time.Duration) AbortR
 	case res.Status == fasthttp.StatusNotFound:
 		p.log.Info().Str("backend", b.URL).Dur("for", abortRouteMemory).Msg("engine has no " + abortPath + ": not aborting there")
 		return AbortNotFound
+	case res.Status == fasthttp.StatusUnauthorized || res.Status == fasthttp.StatusForbidden:
+		p.log.Warn().Str("backend", b.URL).Int("status", res.Status).
+			Msg("engine refused pdlb's abort for its credentials: set upstream_auth.admin_api_key to the engines' --admin-api-key (or api_key to their --api-key)")
+		return AbortUnauthorized
 	case res.Status < 200 || res.Status > 299:
 		p.log.Debug().Str("backend", b.URL).Int("status", res.Status).Bytes("answer", capBytes(res.Body, 256)).Msg("abort refused")
 		return AbortError

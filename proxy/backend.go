@@ -47,7 +47,9 @@ type Backend struct {
 	bootstrap atomic.Pointer[Bootstrap]
 
 	hostHeader string
-	up         *upstream
+	// auth is the credentials every leg and call presents (set before use).
+	auth *EngineAuth
+	up   *upstream
 	// plain serves the non-PD routes (info, broadcast, health checks).
 	plain *fasthttp.HostClient
 	// refused is the last alert an https:// engine refused pdlb's

@@ -22,6 +22,9 @@ func (b *Backend) Call(method, path string, body []byte, timeout time.Duration) 
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
 	req.SetRequestURI(b.URL + path)
+	if auth := b.auth.authorization(path); auth != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, auth)
+	}
 	if body != nil {
 		req.Header.SetContentTypeBytes(contentTypeJSON)
 		req.SetBodyRaw(body)

@@ -69,6 +69,9 @@ func (e *UpstreamError) Error() string {
 		if len(e.Body) > 0 {
 			msg += ": " + string(capBytes(e.Body, 512))
 		}
+		if e.AuthRefused() {
+			msg += " (the engine refused pdlb's credentials: upstream_auth.api_key and admin_api_key must be the engines' --api-key and --admin-api-key)"
+		}
 		return msg
 	case KindTimeout:
 		return who + " timed out: " + rootCause(e.Err).Error()
@@ -81,10 +84,22 @@ func (e *UpstreamError) Error() string {
 
 func (e *UpstreamError) Unwrap() error { return e.Err }
 
+// AuthRefused reports whether the engine refused pdlb's credentials (401
+// or 403): SGLang answers those from its API-key check only, before the
+// request reaches the model, and the client's own Authorization never
+// reaches an engine, so they are pdlb's configuration's fault, never the
+// client's.
+func (e *UpstreamError) AuthRefused() bool {
+	return e.Kind == KindStatus && (e.Status == 401 || e.Status == 403)
+}
+
 // ClientStatus is the status pdlb answers with: a backend's 4xx is the
-// client's fault and goes through as is; timeouts are 504; the rest is 502.
+// client's fault and goes through as is, but for a refusal of pdlb's
+// credentials; timeouts are 504; the rest is 502.
 func (e *UpstreamError) ClientStatus() int {
 	switch {
+	case e.AuthRefused():
+		return 502
 	case e.Kind == KindStatus && e.Status >= 400 && e.Status < 500:
 		return e.Status
 	case e.Kind == KindTimeout:
@@ -94,10 +109,11 @@ func (e *UpstreamError) ClientStatus() int {
 }
 
 // Retryable reports whether another pair might succeed: nothing reached the
-// backend's application, it said it is unavailable, or its KV never
-// arrived (a pair fault: the decode generated nothing).
+// backend's application (or its API-key check refused it), it said it is
+// unavailable, or its KV never arrived (a pair fault: the decode generated
+// nothing).
 func (e *UpstreamError) Retryable() bool {
-	if e.PairFault() {
+	if e.PairFault() || e.AuthRefused() {
 		return true
 	}
 	switch e.Kind {
@@ -110,13 +126,15 @@ func (e *UpstreamError) Retryable() bool {
 }
 
 // CountsAsFailure reports whether the backend's breaker should count it:
-// 4xx are the client's fault and never count; pdlb's own cancellations
+// 4xx are the client's fault and never count, but for a refusal of pdlb's
+// credentials (an engine restarted with another key serves nobody through
+// pdlb, while its open /health says it is well); pdlb's own cancellations
 // neither; nor a pair fault, which belongs to the pairing (router: pair
 // health), not to the decode.
 func (e *UpstreamError) CountsAsFailure() bool {
 	switch e.Kind {
 	case KindStatus:
-		return e.Status >= 500 && !e.PairFault()
+		return (e.Status >= 500 || e.AuthRefused()) && !e.PairFault()
 	case KindCancelled:
 		return false
 	}

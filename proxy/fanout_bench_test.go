@@ -23,11 +23,16 @@ import (
 // keep-alive: the handshake is paid once), "tls-reconnect" dials and
 // shakes hands for every leg (what an engine that closes its keep-alive
 // connections costs: TLS 1.3 resumption, no certificate check).
+// "api-key" is "plain" with upstream_auth.api_key set (one more header
+// line per leg).
 func BenchmarkFanout(b *testing.B) {
-	b.Run("plain", func(b *testing.B) { benchmarkFanout(b, nil, nil, false) })
-	b.Run("observed", func(b *testing.B) { benchmarkFanout(b, new(countingObserver), nil, false) })
-	b.Run("tls", func(b *testing.B) { benchmarkFanout(b, nil, benchPKI(b), false) })
-	b.Run("tls-reconnect", func(b *testing.B) { benchmarkFanout(b, nil, benchPKI(b), true) })
+	b.Run("plain", func(b *testing.B) { benchmarkFanout(b, nil, nil, false, nil) })
+	b.Run("observed", func(b *testing.B) { benchmarkFanout(b, new(countingObserver), nil, false, nil) })
+	b.Run("tls", func(b *testing.B) { benchmarkFanout(b, nil, benchPKI(b), false, nil) })
+	b.Run("tls-reconnect", func(b *testing.B) { benchmarkFanout(b, nil, benchPKI(b), true, nil) })
+	b.Run("api-key", func(b *testing.B) {
+		benchmarkFanout(b, nil, nil, false, NewEngineAuth(config.UpstreamAuth{APIKey: "sk-0123456789abcdef0123456789abcdef"}))
+	})
 }
 
 // fanoutTLS is the engines' certificate and pdlb's upstream TLS trusting it.
@@ -50,7 +55,7 @@ type countingObserver struct{ answered, done atomic.Uint64 }
 func (o *countingObserver) LegAnswered(*Backend, time.Duration) { o.answered.Add(1) }
 func (o *countingObserver) LegDone(*Backend, *UpstreamError)    { o.done.Add(1) }
 
-func benchmarkFanout(b *testing.B, obs LegObserver, secure *fanoutTLS, reconnect bool) {
+func benchmarkFanout(b *testing.B, obs LegObserver, secure *fanoutTLS, reconnect bool, auth *EngineAuth) {
 	answer := proxytest.JSONAnswer(200, `{"text":"ok","meta_info":{}}`)
 	var p, d *Backend
 	if secure == nil {
@@ -61,6 +66,7 @@ func benchmarkFanout(b *testing.B, obs LegObserver, secure *fanoutTLS, reconnect
 		d = mustTLSBackend(b, proxytest.NewTLSEngine(b, secure.engine, answer).URL, Decode, secure.up)
 	}
 	for _, be := range []*Backend{p, d} {
+		be.UseAuth(auth)
 		be.SetBreaker(NewBreaker(be.Role.String()+" "+be.URL, config.Default().Breaker, zerolog.Nop(), nil))
 	}
 	px := New(testTimeouts(), zerolog.Nop())

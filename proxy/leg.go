@@ -130,7 +130,7 @@ func (l *leg) fail(kind Kind, err error) *UpstreamError {
 // A reused connection that the backend had already closed is retried once
 // on a freshly dialled one: nothing reached the engine's application then.
 func (l *leg) start(path string, body []byte, requestID string, extra []byte, deadline time.Time) *UpstreamError {
-	l.head = appendRequestHead(l.head[:0], path, l.b.hostHeader, len(body), requestID, extra)
+	l.head = appendRequestHead(l.head[:0], path, l.b.hostHeader, len(body), requestID, l.b.auth.legHeader(), extra)
 	for attempt := 0; ; attempt++ {
 		var c *upConn
 		var reused bool
@@ -287,9 +287,9 @@ func (l *leg) writeRequestTLS(c *upConn, body []byte) error {
 // appendRequestHead renders the head of an engine request. Every leg is a
 // JSON POST with a known length, so five lines written directly replace
 // fasthttp's general request header (and its buffers, held by every leg of
-// every stream in flight). extra holds further header lines, each ending
-// in CRLF (a traceparent).
-func appendRequestHead(dst []byte, path, host string, n int, requestID string, extra []byte) []byte {
+// every stream in flight). auth and extra hold further header lines, each
+// ending in CRLF (the engines' credentials, a traceparent).
+func appendRequestHead(dst []byte, path, host string, n int, requestID string, auth, extra []byte) []byte {
 	dst = append(dst, "POST "...)
 	dst = append(dst, path...)
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
@@ -301,6 +301,7 @@ func appendRequestHead(dst []byte, path, host string, n int, requestID string, e
 		dst = append(dst, requestID...)
 	}
 	dst = append(dst, "\r\n"...)
+	dst = append(dst, auth...)
 	dst = append(dst, extra...)
 	return append(dst, "\r\n"...)
 }

@@ -143,7 +143,7 @@ func TestTracedStreamReportsItsEvents(t *testing.T) {
 
 // An untraced attempt sends no extra header lines.
 func TestUntracedHeadIsUnchanged(t *testing.T) {
-	got := string(appendRequestHead(nil, "/generate", "e:1", 2, "r", nil))
+	got := string(appendRequestHead(nil, "/generate", "e:1", 2, "r", nil, nil))
 	want := "POST /generate HTTP/1.1\r\nHost: e:1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Request-ID: r\r\n\r\n"
 	if got != want {
 		t.Errorf("head %q, want %q", got, want)

@@ -351,6 +351,21 @@ func TestAbortRouteMissingIsRemembered(t *testing.T) {
 	}
 }
 
+// An engine started with --admin-api-key that pdlb lacks refuses the abort
+// with 401: counted as unauthorized, not as an error of the engine's.
+func TestAbortRefusedForCredentials(t *testing.T) {
+	d, dm := mockEngine(t, mock.Options{Role: mock.RoleDecode, StallProb: 1, AdminAPIKey: "engine-admin"})
+	p := proxytest.NewEngine(t, failOnceSeen(dm, "/generate", 1, 500))
+	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withAborts(16))
+	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","rid":"r"}`); resp.StatusCode != 502 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if !proxytest.WaitFor(5*time.Second, func() bool { return dm.Unauthorized() == 1 && l.router.proxy.AbortsInFlight() == 0 }) {
+		t.Fatalf("the decode refused %d aborts", dm.Unauthorized())
+	}
+	onlyAborts(t, l, `pdlb_aborts_total{role="decode",reason="prefill_failed",result="unauthorized"}`)
+}
+
 // The OpenAI routes take rid as /generate does (SGLang's protocol.py), so
 // they carry and abort it the same way.
 func TestAbortOpenAIRoute(t *testing.T) {

@@ -341,7 +341,7 @@ var families = map[string]family{
 	"pdlb_retries_total":            {typeCounter, "Retries of a request on a fresh prefill/decode pair, by route."},
 	"pdlb_migrations_total":         {typeCounter, "Streams whose decode broke after events reached the client, by what followed: resumed on a fresh pair, finished (only [DONE] was missing), failed (no continuation could start) or exhausted (retry.migration_limit reached); the last two end with an error event."},
 	// Engine-level aborts (Metrics.Aborted; proxy/abort.go).
-	"pdlb_aborts_total": {typeCounter, "POST /abort_request for legs pdlb gave up, by role, reason (prefill_failed, decode_failed, client_gone, timeout) and result (ok, not_found, error, dropped over abort.max_in_flight, skipped for an engine known to lack the route); one per rid."},
+	"pdlb_aborts_total": {typeCounter, "POST /abort_request for legs pdlb gave up, by role, reason (prefill_failed, decode_failed, client_gone, timeout) and result (ok, not_found, error, dropped over abort.max_in_flight, skipped for an engine known to lack the route, unauthorized when the engine refused pdlb's upstream_auth credentials); one per rid."},
 	// Per backend, written at scrape time (Metrics.writeDynamic).
 	"pdlb_backend_in_flight":      {typeGauge, "Requests in flight on the backend."},
 	"pdlb_backend_selected_total": {typeCounter, "Times the backend was picked for a request."},

@@ -141,6 +141,11 @@ type Options struct {
 	// Seed seeds fault injection (default 0, which is a seed like any other).
 	Seed int64
 
+	// APIKey and AdminAPIKey are SGLang's --api-key and --admin-api-key:
+	// set, requests without the right "Authorization: Bearer <key>" get
+	// SGLang's 401 (auth.go; default "": open).
+	APIKey, AdminAPIKey string
+
 	// Fast removes every delay and serves plain /generate from precomputed
 	// bytes without parsing (when no hook or fault is configured), for
 	// measuring the balancer rather than the mock.
@@ -213,6 +218,8 @@ type Engine struct {
 	opts    Options
 	log     zerolog.Logger
 	started time.Time
+	// unauthorized counts requests refused for their credentials (auth.go).
+	unauthorized atomic.Int64
 
 	srv    *fasthttp.Server
 	ctx    context.Context // cancelled by Shutdown

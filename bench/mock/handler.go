@@ -64,6 +64,9 @@ func (e *Engine) Handler(ctx *fasthttp.RequestCtx) {
 	case pathGetLoad:
 		route = 14
 	}
+	if !e.authorized(ctx, route) {
+		return
+	}
 	e.stats.count(route)
 	if ctx.IsPost() || ctx.IsPut() {
 		e.stats.record(route, path, ctx.PostBody())

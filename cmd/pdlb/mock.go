@@ -46,6 +46,8 @@ func mockCmd(args []string) error {
 	fs.BoolVar(&o.KeepOpenAfterDone, "keep-open", false, "keep stream bodies open after data: [DONE]")
 	fs.BoolVar(&o.Fast, "fast", false, "answer at once with minimal work (for measuring the balancer)")
 	fs.Int64Var(&o.Seed, "seed", 0, "seed for fault injection")
+	fs.StringVar(&o.APIKey, "api-key", "", "require \"Authorization: Bearer <key>\" as SGLang's --api-key does (all but /health*)")
+	fs.StringVar(&o.AdminAPIKey, "admin-api-key", "", "require this key instead on /abort_request and /flush_cache, as SGLang's --admin-api-key does")
 	fs.IntVar(&o.DP, "dp", 1, "bootstrap: attention DP size (prefill registers and dispatches dp×tp ranks)")
 	fs.IntVar(&o.TP, "tp", 1, "bootstrap: attention TP size")
 	fs.StringVar(&o.Bootstrap, "bootstrap", "", "bootstrap: registry URL a prefill registers its ranks with, e.g. http://127.0.0.1:8998")

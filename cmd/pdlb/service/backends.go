@@ -21,6 +21,7 @@ func (s *Service) newBackendLocked(url string, role proxy.Role, bootstrapPort *i
 	if err != nil {
 		return nil, err
 	}
+	b.UseAuth(s.engineAuth)
 	if role == proxy.Prefill {
 		s.setBootstrap(b, bootstrapPort)
 		if err := s.reg.attach(b); err != nil {

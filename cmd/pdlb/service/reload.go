@@ -46,12 +46,16 @@ func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, mov
 		return nil, nil, err
 	}
 	s.cfg = cfg // the backends built below read it
+	// The engines' keys change before a backend is added: an engine added
+	// with new keys is never called with the old ones.
+	s.engineAuth.Set(cfg.UpstreamAuth)
 	var undo []func()
 	defer func() {
 		if err == nil {
 			return
 		}
 		s.cfg = old
+		s.engineAuth.Set(old.UpstreamAuth)
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}

@@ -39,9 +39,11 @@ type Service struct {
 	adminLn net.Listener
 	reg     *registryWiring
 	// tls holds the listeners' certificates and upstream_tls (tls_reload.go).
-	tls     *serviceTLS
-	cluster *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
-	forget  *forgetter     // nil unless bootstrap.forget_after (embedded mode)
+	tls *serviceTLS
+	// engineAuth is upstream_auth, shared by every backend.
+	engineAuth *proxy.EngineAuth
+	cluster    *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
+	forget     *forgetter     // nil unless bootstrap.forget_after (embedded mode)
 	// discovery is nil unless discovery.kubernetes.enabled.
 	discovery *discoveryWiring
 	// tracing is the tracer provider; nil when tracing is off.
@@ -71,7 +73,8 @@ func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout, tls: tlsSet}
+	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout, tls: tlsSet,
+		engineAuth: proxy.NewEngineAuth(cfg.UpstreamAuth)}
 	if s.cluster, err = newClusterWiring(cfg, s.reg, log); err != nil {
 		return nil, err
 	}

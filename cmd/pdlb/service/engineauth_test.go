@@ -1,0 +1,144 @@
+package service
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"pdlb/bench/mock"
+	"pdlb/config"
+	"pdlb/proxy/proxytest"
+)
+
+// startMock serves a mock engine on loopback until the test ends.
+func startMock(t *testing.T, o mock.Options) (*mock.Engine, string) {
+	t.Helper()
+	o.TokenDelay = -1
+	e := mock.New(o, testLog(t))
+	ln := listen(t)
+	go e.Serve(ln)
+	t.Cleanup(func() { e.Shutdown() })
+	return e, "http://" + ln.Addr().String()
+}
+
+// authed sends body to url with "Authorization: Bearer key".
+func authed(t *testing.T, method, url, key, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	return proxytest.ReadAll(t, resp, err)
+}
+
+// Engines started with SGLang's --api-key and --admin-api-key serve
+// through pdlb once upstream_auth carries their keys: the legs and info
+// calls present the api key, aborts and /flush_cache the admin key. The
+// client's own Authorization never reaches an engine, even when it holds
+// the very key the engines want; an engine's 401 is pdlb's fault, a 502
+// that says so, never the client's 401.
+func TestEngineAPIKeys(t *testing.T) {
+	const key, adminKey = "shared-key", "engine-admin"
+	keyed := func(o mock.Options) (*mock.Engine, string) {
+		o.APIKey, o.AdminAPIKey = key, adminKey
+		return startMock(t, o)
+	}
+	p0, p0URL := keyed(mock.Options{Role: mock.RolePrefill})
+	d0, d0URL := keyed(mock.Options{Role: mock.RoleDecode})
+
+	cfg := testConfig()
+	cfg.Server.APIKey = key // the client presents the engines' key to pdlb
+	cfg.Bootstrap.Mode = "off"
+	cfg.Prefill = []config.Prefill{{URL: p0URL}}
+	cfg.Decode = []config.Decode{{URL: d0URL}}
+	cfg.Breaker.Enabled = false
+	cfg.Abort = config.Default().Abort
+	svc := startService(t, &cfg, testLog(t))
+	url := "http://" + svc.Addr()
+
+	resp, body := authed(t, "POST", url+"/generate", key, `{"text":"hi"}`)
+	if resp.StatusCode != 502 || !strings.Contains(body, "refused pdlb's credentials") || !strings.Contains(body, "upstream_auth.api_key") {
+		t.Fatalf("without upstream_auth: %d %s, want a 502 naming upstream_auth", resp.StatusCode, body)
+	}
+	if p0.Unauthorized()+d0.Unauthorized() == 0 {
+		t.Fatal("the engines refused nothing: did pdlb pass the client's Authorization on?")
+	}
+
+	// The keys, put in force by a reload, with engines that never saw pdlb
+	// without them: every request they refuse is a failure of pdlb's.
+	p, pURL := keyed(mock.Options{Role: mock.RolePrefill})
+	// This prefill answers every generation 503 (retried on the other), so
+	// the decode's leg of those requests is aborted: with the admin key, or
+	// the decode refuses the abort.
+	failing, failingURL := keyed(mock.Options{Role: mock.RolePrefill, ErrorRate: 1, ErrorStatus: 503})
+	d, dURL := keyed(mock.Options{Role: mock.RoleDecode, OutputLen: 4, DecodePerToken: 25 * time.Millisecond}) // still working when the failing prefill answers
+	next := *svc.Config()
+	next.UpstreamAuth = config.UpstreamAuth{APIKey: key, AdminAPIKey: adminKey}
+	next.Prefill = []config.Prefill{{URL: pURL}, {URL: failingURL}}
+	next.Decode = []config.Decode{{URL: dURL}}
+	next.Retry = config.Retry{MaxAttempts: 4, Initial: time.Millisecond, Max: time.Millisecond}
+	if err := svc.Apply(&next); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8 || failing.Stats().Injected == 0; i++ {
+		if i == 200 {
+			t.Fatal("the failing prefill was never picked")
+		}
+		for _, b := range []string{`{"text":"hi"}`, `{"text":"hi","stream":true}`} {
+			if resp, body := authed(t, "POST", url+"/generate", key, b); resp.StatusCode != 200 {
+				t.Fatalf("with upstream_auth: %d %s", resp.StatusCode, body)
+			}
+		}
+	}
+	if resp, body := authed(t, "GET", url+"/v1/models", key, ""); resp.StatusCode != 200 || !strings.Contains(body, "mock-model") {
+		t.Fatalf("/v1/models: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := authed(t, "POST", url+"/flush_cache", key, ``); resp.StatusCode != 200 {
+		t.Fatalf("/flush_cache (the admin key's): %d %s", resp.StatusCode, body)
+	}
+	// The decode leg of a request whose prefill failed is aborted with the
+	// admin key (the mock records only the aborts it accepted).
+	if !proxytest.WaitFor(5*time.Second, func() bool { return len(d.Stats().Aborted) > 0 }) {
+		t.Fatalf("no abort accepted by the decode (refused: %d)", d.Unauthorized())
+	}
+	for _, e := range []*mock.Engine{p, failing, d} {
+		if n := e.Unauthorized(); n != 0 {
+			t.Errorf("an engine refused %d requests with upstream_auth set", n)
+		}
+	}
+}
+
+// An engine restarted with another key is routed around: its refusals
+// count against its breaker and the request is retried on another pair,
+// so the client sees no failure, while /health (open on every engine)
+// says all is well.
+func TestEngineWithAnotherKeyIsRoutedAround(t *testing.T) {
+	_, pURL := startMock(t, mock.Options{Role: mock.RolePrefill, APIKey: "k"})
+	_, goodURL := startMock(t, mock.Options{Role: mock.RoleDecode, APIKey: "k"})
+	stale, staleURL := startMock(t, mock.Options{Role: mock.RoleDecode, APIKey: "old-key"})
+
+	cfg := testConfig()
+	cfg.Bootstrap.Mode = "off"
+	cfg.UpstreamAuth.APIKey = "k"
+	cfg.Prefill = []config.Prefill{{URL: pURL}}
+	cfg.Decode = []config.Decode{{URL: goodURL}, {URL: staleURL}}
+	cfg.Breaker = config.Breaker{Enabled: true, ConsecutiveFailures: 2, OpenTimeout: time.Minute, HalfOpenMaxRequests: 1, Window: time.Minute}
+	cfg.Retry = config.Retry{MaxAttempts: 3, Initial: time.Millisecond, Max: time.Millisecond}
+	svc := startService(t, &cfg, testLog(t))
+	url := "http://" + svc.Addr()
+
+	for i := 0; i < 30; i++ {
+		if resp, body := proxytest.Post(t, url+"/generate", `{"text":"hi"}`); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if stale.Unauthorized() == 0 {
+		t.Fatal("the stale decode was never tried")
+	}
+	if st := svc.Pool.Find(staleURL).Breaker().State(); st != gobreaker.StateOpen {
+		t.Errorf("the stale decode's breaker is %v, want open", st)
+	}
+}

@@ -1,0 +1,82 @@
+package proxy
+
+import (
+	"strings"
+	"sync/atomic"
+
+	"pdlb/config"
+)
+
+// EngineAuth is the credentials pdlb presents to engines started with
+// SGLang's --api-key or --admin-api-key (upstream_auth). SGLang guards
+// three kinds of route (srt/utils/auth.py): /health* and /metrics stay
+// open; the serving and info routes need the api key when one is set; the
+// admin routes (/abort_request, /flush_cache, …) need the admin key when
+// one is set, else the api key. One EngineAuth is shared by every backend
+// and swapped whole on reload; a nil *EngineAuth sends nothing.
+type EngineAuth struct {
+	keys atomic.Pointer[engineKeys]
+}
+
+type engineKeys struct {
+	// api and admin are Authorization values ("Bearer <key>"), "" for none.
+	api, admin string
+	// legLine is the api key's header line for a leg's hand-written head.
+	legLine []byte
+}
+
+// NewEngineAuth puts c in force.
+func NewEngineAuth(c config.UpstreamAuth) *EngineAuth {
+	a := &EngineAuth{}
+	a.Set(c)
+	return a
+}
+
+// Set puts c in force for the next leg and call.
+func (a *EngineAuth) Set(c config.UpstreamAuth) {
+	k := &engineKeys{}
+	if c.APIKey != "" {
+		k.api = "Bearer " + c.APIKey
+		k.legLine = []byte("Authorization: " + k.api + "\r\n")
+	}
+	k.admin = k.api
+	if c.AdminAPIKey != "" {
+		k.admin = "Bearer " + c.AdminAPIKey
+	}
+	a.keys.Store(k)
+}
+
+func (a *EngineAuth) load() *engineKeys {
+	if a == nil {
+		return nil
+	}
+	return a.keys.Load()
+}
+
+// legHeader is the header line a leg to a serving route carries (nil: none).
+func (a *EngineAuth) legHeader() []byte {
+	if k := a.load(); k != nil {
+		return k.legLine
+	}
+	return nil
+}
+
+// adminRoutes are the engine routes pdlb calls that SGLang guards with
+// --admin-api-key (AuthLevel.ADMIN_OPTIONAL in its http_server.py).
+var adminRoutes = map[string]bool{abortPath: true, "/flush_cache": true}
+
+// authorization is the Authorization value of a call to path ("": none).
+func (a *EngineAuth) authorization(path string) string {
+	k := a.load()
+	switch {
+	case k == nil, strings.HasPrefix(path, "/health"), strings.HasPrefix(path, "/metrics"):
+		// Open on every engine: a key would only travel further than needed.
+		return ""
+	case adminRoutes[path]:
+		return k.admin
+	}
+	return k.api
+}
+
+// UseAuth makes b present a's credentials; call it before b serves.
+func (b *Backend) UseAuth(a *EngineAuth) { b.auth = a }
