@@ -49,6 +49,10 @@ type Kubernetes struct {
 	cancel    context.CancelFunc
 	stopOnce  sync.Once
 	wg        sync.WaitGroup // the informers and the first-list watcher
+	// clientGoLog is where client-go's own lines go while the watches run;
+	// releaseKlog hands them back (klog.go), nil until Start.
+	clientGoLog zerolog.Logger
+	releaseKlog func()
 }
 
 type roleSelector struct {
@@ -72,10 +76,11 @@ type podState struct {
 func NewKubernetes(client Pods, namespace string, cfg config.Kubernetes, sink Sink, clock pdlb.Clock, log zerolog.Logger) (*Kubernetes, error) {
 	k := &Kubernetes{
 		client: client, namespace: namespace, sink: sink,
-		ports: ports{httpName: cfg.HTTPPortName, httpAnnotation: cfg.HTTPPortAnnotation, bootstrapAnnotation: cfg.BootstrapPortAnnotation},
-		log:   log.With().Str("component", "discovery").Logger(),
-		pods:  map[string]*podState{},
-		clock: clock.OrSystem(),
+		ports:       ports{httpName: cfg.HTTPPortName, httpAnnotation: cfg.HTTPPortAnnotation, bootstrapAnnotation: cfg.BootstrapPortAnnotation},
+		log:         log.With().Str("component", "discovery").Logger(),
+		clientGoLog: log.With().Str("component", "client-go").Logger(),
+		pods:        map[string]*podState{},
+		clock:       clock.OrSystem(),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	for _, r := range []struct {
@@ -97,6 +102,7 @@ func NewKubernetes(client Pods, namespace string, cfg config.Kubernetes, sink Si
 // Start lists and watches the pods in the background; the pods found
 // join as the lists arrive.
 func (k *Kubernetes) Start() error {
+	k.releaseKlog = routeKlog(k.clientGoLog)
 	for _, rs := range k.roles {
 		// The API server sends this role's pods only; a pod whose labels
 		// stop matching is deleted from this informer's view.
@@ -194,6 +200,9 @@ func (k *Kubernetes) Stop() {
 	k.stopOnce.Do(func() {
 		k.cancel()
 		k.wg.Wait()
+		if k.releaseKlog != nil {
+			k.releaseKlog()
+		}
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"pdlb"
 	"pdlb/config"
@@ -35,6 +36,9 @@ import (
 type apiServer struct {
 	pod       *corev1.Pod
 	forbidden atomic.Bool
+	// warning is sent in a Warning header, as the API server does for a
+	// deprecated API; client-go logs it through klog.
+	warning string
 
 	mu       sync.Mutex
 	requests []*http.Request
@@ -45,6 +49,9 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.requests = append(a.requests, r)
 	a.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
+	if a.warning != "" {
+		w.Header().Set("Warning", `299 - "`+a.warning+`"`)
+	}
 	if r.URL.Path != "/api/v1/namespaces/llm/pods" {
 		w.WriteHeader(http.StatusNotFound)
 		return
@@ -119,9 +126,10 @@ func (j *joins) n() int {
 // warned in pdlb's log and retried; once allowed, the pods of the
 // selector, in the namespace, are listed and watched, and a Ready one
 // joins. Protobuf is asked for first, JSON accepted, as client-go's typed
-// client does.
+// client does. client-go's own log lines (an API server's warning) are
+// pdlb's log lines while the watches run, and no longer after.
 func TestKubernetesOverREST(t *testing.T) {
-	api := &apiServer{pod: &corev1.Pod{
+	api := &apiServer{warning: "v1 Pod is a test of warnings", pod: &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{Name: "prefill-0", Namespace: "llm", ResourceVersion: "5", Labels: map[string]string{"app": "sglang", "role": "prefill"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sglang", Ports: []corev1.ContainerPort{
@@ -189,6 +197,25 @@ current-context: x
 	}
 	if !watched {
 		t.Errorf("no watch among %d requests", len(api.asked()))
+	}
+	var warning map[string]any
+	for _, line := range strings.Split(string(logs.Bytes()), "\n") {
+		if strings.Contains(line, api.warning) {
+			if err := json.Unmarshal([]byte(line), &warning); err != nil {
+				t.Fatalf("client-go's warning is not a JSON line of pdlb's: %q", line)
+			}
+			break
+		}
+	}
+	if warning == nil || warning["component"] != "client-go" {
+		t.Fatalf("client-go's warning: %v; pdlb's log:\n%s", warning, logs.Bytes())
+	}
+	k.Stop()
+	before := len(logs.Bytes())
+	klog.Warning("after discovery stopped")
+	klog.Flush()
+	if len(logs.Bytes()) != before {
+		t.Errorf("klog still writes to a stopped discovery's logger: %s", logs.Bytes()[before:])
 	}
 }
 
