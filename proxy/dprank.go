@@ -15,12 +15,23 @@ type dpLoad struct {
 }
 
 // SetDPSize records the engine's DP size (ranks [0, n)). A new size starts
-// fresh counters; requests counted on the old ones settle there.
+// fresh counters; requests counted on the old ones settle there. The same
+// size keeps the counters, also when the first requests to learn it race
+// (each used to store counters of its own, and the requests counted on the
+// ones replaced were lost from GET /workers and from the balance).
 func (b *Backend) SetDPSize(n int) {
-	if n < 1 || b.DPSize() == n {
+	if n < 1 {
 		return
 	}
-	b.dp.Store(&dpLoad{inflight: make([]atomic.Int64, n)})
+	for {
+		old := b.dp.Load()
+		if old != nil && len(old.inflight) == n {
+			return
+		}
+		if b.dp.CompareAndSwap(old, &dpLoad{inflight: make([]atomic.Int64, n)}) {
+			return
+		}
+	}
 }
 
 // DPSize is the engine's DP size, 0 while unknown.
@@ -29,22 +40,6 @@ func (b *Backend) DPSize() int {
 		return len(d.inflight)
 	}
 	return 0
-}
-
-// LeastLoadedDPRank is the DP rank with the fewest requests in flight (the
-// lowest such rank on a tie), or -1 while the DP size is unknown.
-func (b *Backend) LeastLoadedDPRank() int {
-	d := b.dp.Load()
-	if d == nil {
-		return -1
-	}
-	best, load := 0, d.inflight[0].Load()
-	for i := 1; i < len(d.inflight); i++ {
-		if n := d.inflight[i].Load(); n < load {
-			best, load = i, n
-		}
-	}
-	return best
 }
 
 // DPInFlight returns the requests in flight per DP rank (nil while the DP
@@ -61,16 +56,28 @@ func (b *Backend) DPInFlight() []int64 {
 	return out
 }
 
-// TakeDPRank counts the ticket's request on rank of its backend until the
-// ticket is settled (Done or Release). A rank outside the known size, or
-// an unknown size, counts nothing.
-func (t *Ticket) TakeDPRank(rank int) {
+// TakeLeastLoadedDPRank counts the ticket's request on its backend's least
+// loaded DP rank (the lowest on a tie) until the ticket is settled, and
+// returns it; -1 while the DP size is unknown. The choice and the count are
+// one step: requests choosing at once spread over the ranks rather than all
+// taking the one that was least loaded when each looked.
+func (t *Ticket) TakeLeastLoadedDPRank() int {
 	d := t.b.dp.Load()
-	if d == nil || rank < 0 || rank >= len(d.inflight) {
-		return
+	if d == nil {
+		return -1
 	}
-	d.inflight[rank].Add(1)
-	t.dp, t.dpRank = d, rank
+	for {
+		best, load := 0, d.inflight[0].Load()
+		for i := 1; i < len(d.inflight); i++ {
+			if n := d.inflight[i].Load(); n < load {
+				best, load = i, n
+			}
+		}
+		if d.inflight[best].CompareAndSwap(load, load+1) {
+			t.dp, t.dpRank = d, best
+			return best
+		}
+	}
 }
 
 func (t Ticket) settleDPRank() {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,26 +13,29 @@ import (
 
 func TestDPRankLoad(t *testing.T) {
 	b := mustBackend(t, "http://127.0.0.1:1", Decode)
-	if b.DPSize() != 0 || b.LeastLoadedDPRank() != -1 || b.DPInFlight() != nil {
+	tk, _ := b.Acquire()
+	if b.DPSize() != 0 || tk.TakeLeastLoadedDPRank() != -1 || b.DPInFlight() != nil {
 		t.Fatal("a backend of unknown DP size reports ranks")
 	}
-	tk, _ := b.Acquire()
-	tk.TakeDPRank(0) // unknown size: counts nothing
 	tk.Release()
 	b.SetDPSize(3)
 	var tickets []Ticket
-	for range 4 { // ranks 0, 1, 2, then 0 again: the least loaded, lowest first
+	for want := range []int{0, 1, 2, 0} { // the least loaded, lowest first
 		tk, _ := b.Acquire()
-		tk.TakeDPRank(b.LeastLoadedDPRank())
+		if got := tk.TakeLeastLoadedDPRank(); got != []int{0, 1, 2, 0}[want] {
+			t.Fatalf("request %d took rank %d", want, got)
+		}
 		tickets = append(tickets, tk)
 	}
 	if got := b.DPInFlight(); !slices.Equal(got, []int64{2, 1, 1}) {
 		t.Fatalf("in flight per rank %v, want [2 1 1]", got)
 	}
 	tickets[1].Done(nil) // rank 1 settles
-	if r := b.LeastLoadedDPRank(); r != 1 {
+	tk, _ = b.Acquire()
+	if r := tk.TakeLeastLoadedDPRank(); r != 1 {
 		t.Fatalf("least loaded rank %d, want 1", r)
 	}
+	tk.Release()
 	tickets[0].Release()
 	tickets[2].Done(nil)
 	tickets[3].Done(nil)
@@ -42,6 +46,40 @@ func TestDPRankLoad(t *testing.T) {
 	b.SetDPSize(0) // not a size: ignored
 	if b.DPSize() != 3 {
 		t.Fatalf("DP size %d", b.DPSize())
+	}
+}
+
+// Requests that learn the DP size and choose their ranks at once are all
+// counted, spread evenly: each used to store counters of its own (the
+// requests counted on those replaced vanished from the balance), and two
+// choosing together took the same least-loaded rank.
+func TestDPRanksUnderConcurrency(t *testing.T) {
+	const ranks, requests = 4, 100
+	// A race shows in some rounds only: many short rounds, each a new
+	// backend whose first requests learn its size together.
+	for round := range 1000 {
+		b := mustBackend(t, "http://127.0.0.1:1", Prefill)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		tickets := make([]Ticket, requests)
+		for i := range requests {
+			wg.Go(func() {
+				<-start
+				tickets[i], _ = b.Acquire()
+				b.SetDPSize(ranks) // as the router does for every prefill request
+				if r := tickets[i].TakeLeastLoadedDPRank(); r < 0 || r >= ranks {
+					t.Errorf("rank %d", r)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if got := b.DPInFlight(); !slices.Equal(got, []int64{requests / ranks, requests / ranks, requests / ranks, requests / ranks}) {
+			t.Fatalf("round %d: in flight per rank %v, want %d on each", round, got, requests/ranks)
+		}
+		for _, tk := range tickets {
+			tk.Release()
+		}
 	}
 }
 

@@ -99,14 +99,12 @@ func (r *Router) pickDPRanks(pt, dt *proxy.Ticket) (int, dpRanks) {
 	if pb := pt.Backend(); r.info != nil {
 		if info, ok := r.info.Info(pb.Bootstrap().Addr); ok && info.DPSize > 1 {
 			pb.SetDPSize(info.DPSize)
-			ranks.prefill = pb.LeastLoadedDPRank()
-			pt.TakeDPRank(ranks.prefill)
+			ranks.prefill = pt.TakeLeastLoadedDPRank()
 			prefillDP = info.DPSize
 		}
 	}
 	if db := dt.Backend(); db.DPSize() > 1 {
-		ranks.decode = db.LeastLoadedDPRank()
-		dt.TakeDPRank(ranks.decode)
+		ranks.decode = dt.TakeLeastLoadedDPRank()
 	}
 	return prefillDP, ranks
 }
