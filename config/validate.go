@@ -128,13 +128,22 @@ func (c *Config) checkBackends() *Error {
 		}
 	}
 	k := c.Discovery.Kubernetes
-	if len(c.Prefill) == 0 && !(k.Enabled && k.PrefillSelector != "") {
-		return errorf("prefill", "at least one prefill backend is required (or discovery.kubernetes.prefill_selector)")
+	if len(c.Prefill) == 0 && !c.backendsMayJoin(k.PrefillSelector) {
+		return errorf("prefill", "at least one prefill backend is required, unless some may join later: through the admin API (admin.port), cluster.etcd or discovery.kubernetes.prefill_selector")
 	}
-	if len(c.Decode) == 0 && !(k.Enabled && k.DecodeSelector != "") {
-		return errorf("decode", "at least one decode backend is required (or discovery.kubernetes.decode_selector)")
+	if len(c.Decode) == 0 && !c.backendsMayJoin(k.DecodeSelector) {
+		return errorf("decode", "at least one decode backend is required, unless some may join later: through the admin API (admin.port), cluster.etcd or discovery.kubernetes.decode_selector")
 	}
 	return nil
+}
+
+// backendsMayJoin reports whether backends of a role whose discovery
+// selector is selector can join at runtime, so that its list in the file
+// may be empty (pdlb then starts not ready, and says why): an autoscaler
+// or operator adds engines through POST /workers, replicas share theirs
+// through etcd, pods are discovered.
+func (c *Config) backendsMayJoin(selector string) bool {
+	return c.Admin.Port > 0 || len(c.Cluster.Etcd.Endpoints) > 0 || c.Discovery.Kubernetes.Enabled && selector != ""
 }
 
 func (c *Config) checkLimits() *Error {

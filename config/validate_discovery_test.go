@@ -23,16 +23,17 @@ func TestValidateDiscovery(t *testing.T) {
 		{"port name", func(c *Config) { k(c).HTTPPortName = "http_port" }, "discovery.kubernetes.http_port_name", "not a container port name"},
 		{"http annotation", func(c *Config) { k(c).HTTPPortAnnotation = "sglang.ai/http port" }, "discovery.kubernetes.http_port_annotation", "not an annotation key"},
 		{"bootstrap annotation", func(c *Config) { k(c).BootstrapPortAnnotation = "/port" }, "discovery.kubernetes.bootstrap_port_annotation", "not an annotation key"},
-		{"no prefill at all", func(c *Config) { k(c).PrefillSelector = ""; c.Prefill = nil }, "prefill", "or discovery.kubernetes.prefill_selector"},
+		{"no prefill at all", func(c *Config) { k(c).PrefillSelector = ""; c.Prefill, c.Admin.Port = nil, 0 }, "prefill", "or discovery.kubernetes.prefill_selector"},
 	}
 	checkRefusals(t, tests)
 }
 
 // With discovery a role whose selector is set needs no static backend; the
-// other role still does; all-namespaces and set-based selectors are fine.
+// other role still does (without an admin API); all-namespaces and
+// set-based selectors are fine.
 func TestDiscoveryReplacesStaticBackends(t *testing.T) {
 	c := validConfig()
-	c.Prefill, c.Decode = nil, nil
+	c.Prefill, c.Decode, c.Admin.Port = nil, nil, 0
 	c.Discovery.Kubernetes = Default().Discovery.Kubernetes
 	c.Discovery.Kubernetes.Enabled = true
 	c.Discovery.Kubernetes.Namespace = "*"

@@ -57,6 +57,27 @@ func checkRefusals(t *testing.T, tests []refusal) {
 	}
 }
 
+// Empty backend lists are fine when engines may join at runtime: the
+// admin API (on by default), etcd, or discovery of that role.
+func TestEmptyBackendListsWhenEnginesMayJoin(t *testing.T) {
+	for name, change := range map[string]func(*Config){
+		"admin API": func(c *Config) { c.Admin.Port = 8001 },
+		"etcd":      func(c *Config) { c.Admin.Port, c.Cluster.Etcd.Endpoints = 0, []string{"http://127.0.0.1:2379"} },
+		"discovered": func(c *Config) {
+			c.Admin.Port = 0
+			c.Discovery.Kubernetes = Default().Discovery.Kubernetes
+			c.Discovery.Kubernetes.Enabled, c.Discovery.Kubernetes.PrefillSelector, c.Discovery.Kubernetes.DecodeSelector = true, "r=p", "r=d"
+		},
+	} {
+		c := validConfig()
+		c.Prefill, c.Decode = nil, nil
+		change(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []refusal{
 		{"server port high", func(c *Config) { c.Server.Port = 70000 }, "server.port", "70000 out of range 1..65535"},
@@ -80,8 +101,12 @@ func TestValidate(t *testing.T) {
 		{"duplicate by default port", func(c *Config) {
 			c.Decode = append(c.Decode, Decode{URL: "http://e"}, Decode{URL: "http://e:80"})
 		}, "decode[2].url", "duplicate backend"},
-		{"no prefill", func(c *Config) { c.Prefill = nil }, "prefill", "at least one prefill"},
-		{"no decode", func(c *Config) { c.Decode = nil }, "decode", "at least one decode backend is required"},
+		{"no prefill, none may join", func(c *Config) { c.Prefill, c.Admin.Port = nil, 0 }, "prefill", "at least one prefill"},
+		{"no decode, none may join", func(c *Config) { c.Decode, c.Admin.Port = nil, 0 }, "decode", "at least one decode backend is required, unless some may join later"},
+		{"no decode, only prefills discovered", func(c *Config) {
+			c.Decode, c.Admin.Port = nil, 0
+			c.Discovery.Kubernetes.Enabled, c.Discovery.Kubernetes.PrefillSelector = true, "role=prefill"
+		}, "decode", "discovery.kubernetes.decode_selector"},
 		{"log level", func(c *Config) { c.Log.Level = "verbose" }, "log.level", `"verbose" is not one of`},
 		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", "json, console"},
 		{"bootstrap mode", func(c *Config) { c.Bootstrap.Mode = "remote" }, "bootstrap.mode", "embedded, external"},

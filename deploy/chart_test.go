@@ -332,12 +332,19 @@ func TestChartRefusesASplitRegistry(t *testing.T) {
 	}
 }
 
-// TestChartRefusesNoEngines: pdlb exits when its config lists no prefill or
-// no decode, so the chart says so at install time, not in a crash loop.
+// TestChartRefusesNoEngines: replicas whose config lists no prefill or no
+// decode would never be ready (a worker added through one replica's admin
+// API reaches that replica only, behind the Service), so the chart says so
+// at install time; with etcd the replicas share such workers, and the lists
+// may be empty.
 func TestChartRefusesNoEngines(t *testing.T) {
 	_, err := helmTemplate(t, "config: {decode: [{url: \"http://d:30000\"}]}\n")
 	if err == nil || !strings.Contains(err.Error(), "config.prefill and config.decode must each list at least one engine") {
 		t.Fatalf("helm template without prefills: %v", err)
+	}
+	r := render(t, "replicaCount: 2\nconfig: {cluster: {etcd: {endpoints: [\"http://etcd-0.etcd:2379\"]}}}\n")
+	if cfg := r.pdlbConfig(t); len(cfg.Prefill) != 0 || len(cfg.Decode) != 0 {
+		t.Fatalf("engines from nowhere: %+v %+v", cfg.Prefill, cfg.Decode)
 	}
 }
 

@@ -41,7 +41,7 @@ func TestCheckConfig(t *testing.T) {
 	}
 	cases := []struct{ name, body, key string }{
 		{"unknown key", "prefill:\n  - url: http://p:1\ndecode:\n  - url: http://d:2\nserver:\n  prot: 1\n", "server.prot"},
-		{"no decode", "prefill:\n  - url: http://p:1\n", "decode"},
+		{"no decode and no way to add one", "prefill:\n  - url: http://p:1\nadmin:\n  port: 0\n", "decode"},
 		{"bad url", "prefill:\n  - url: p:1\ndecode:\n  - url: http://d:2\n", "prefill[0].url"},
 		{"duplicate", "prefill:\n  - url: http://p:1\ndecode:\n  - url: http://p:1\n", "url"},
 		{"port range", "prefill:\n  - url: http://p:1\ndecode:\n  - url: http://d:2\nserver:\n  port: 70000\n", "server.port"},

@@ -112,5 +112,8 @@ func checkConfig(args []string) error {
 		return err
 	}
 	fmt.Printf("%s: ok (%d prefill, %d decode, bootstrap %s)\n", args[0], len(cfg.Prefill), len(cfg.Decode), cfg.Bootstrap.Mode)
+	if len(cfg.Prefill) == 0 || len(cfg.Decode) == 0 {
+		fmt.Println("note: pdlb will not be ready until a prefill and a decode join (admin API, cluster.etcd or discovery)")
+	}
 	return nil
 }

@@ -171,6 +171,14 @@ func (s *Service) Start() error {
 		}
 	}()
 	s.log.Info().Str("addr", ln.Addr().String()).Bool("tls", s.tls.server != nil).Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("pdlb listening")
+	for _, r := range []struct {
+		role string
+		n    int
+	}{{"prefill", len(cfg.Prefill)}, {"decode", len(cfg.Decode)}} {
+		if r.n == 0 {
+			s.log.Warn().Str("role", r.role).Msg("no " + r.role + " backend in the configuration: not ready until one joins (POST /workers on the admin API, cluster.etcd, discovery)")
+		}
+	}
 	s.mu.Lock()
 	s.started = true
 	s.health.Start()

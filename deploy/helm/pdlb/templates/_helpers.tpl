@@ -58,8 +58,9 @@ requests.
 {{- $_ := set $kube "decode_selector" (toString $d.decodeSelector) -}}
 {{- $_ := set $cfg "discovery" (dict "kubernetes" $kube) -}}
 {{- end -}}
-{{- if or (and (empty $cfg.prefill) (not (and $d.enabled $d.prefillSelector))) (and (empty $cfg.decode) (not (and $d.enabled $d.decodeSelector))) -}}
-{{- fail "config.prefill and config.decode must each list at least one engine, or discovery find them (discovery.prefillSelector, discovery.decodeSelector): pdlb refuses to start without" -}}
+{{- $shared := not (empty (dig "cluster" "etcd" "endpoints" list $cfg)) -}}
+{{- if and (not $shared) (or (and (empty $cfg.prefill) (not (and $d.enabled $d.prefillSelector))) (and (empty $cfg.decode) (not (and $d.enabled $d.decodeSelector)))) -}}
+{{- fail "config.prefill and config.decode must each list at least one engine, or discovery find them (discovery.prefillSelector, discovery.decodeSelector), or config.cluster.etcd hold the workers added through the admin API: else no replica would ever be ready" -}}
 {{- end -}}
 {{- $server := merge (dict "host" "0.0.0.0" "port" (int .Values.service.port) "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds))) (default dict $cfg.server) -}}
 {{- $_ := set $server "host" "0.0.0.0" -}}
