@@ -123,7 +123,8 @@ type Decode struct {
 // Timeouts bound each leg of a request.
 type Timeouts struct {
 	// Connect bounds dialing a backend: the TCP connect and, for https://,
-	// the TLS handshake together. Default 3s.
+	// the TLS handshake together; a leg's own deadline (first byte,
+	// request) cuts a dial short too. Default 3s.
 	Connect time.Duration `koanf:"connect"`
 	// PrefillFirstByte bounds the wait for the prefill's response headers. Default 300s.
 	PrefillFirstByte time.Duration `koanf:"prefill_first_byte"`

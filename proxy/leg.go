@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -136,11 +137,14 @@ func (l *leg) start(path string, body []byte, requestID string, extra []byte, de
 		var reused bool
 		var err error
 		if attempt == 0 {
-			c, reused, err = l.b.up.get()
+			c, reused, err = l.b.up.get(deadline)
 		} else {
-			c, err = l.b.up.dial()
+			c, err = l.b.up.dial(deadline)
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) { // the leg's deadline, not timeouts.connect
+				return l.fail(KindTimeout, err)
+			}
 			return l.fail(KindConnect, err)
 		}
 		if !l.attach(c) {

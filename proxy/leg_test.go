@@ -40,7 +40,7 @@ func TestRestartedBackendPooledConnections(t *testing.T) {
 	}
 	defer b.Close()
 	for range 3 {
-		c, err := b.up.dial()
+		c, err := b.up.dial(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}

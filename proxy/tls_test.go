@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -32,7 +33,7 @@ func TestUpstreamTLSResumesSessions(t *testing.T) {
 	// the handshake resumed.
 	roundTrip := func() bool {
 		t.Helper()
-		c, err := b.up.dial()
+		c, err := b.up.dial(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}

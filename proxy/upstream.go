@@ -3,7 +3,9 @@ package proxy
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -81,7 +83,7 @@ func newUpstream(addr string, dialTimeout time.Duration) *upstream {
 }
 
 // get returns a pooled connection (reused=true) or dials a new one.
-func (u *upstream) get() (c *upConn, reused bool, err error) {
+func (u *upstream) get(deadline time.Time) (c *upConn, reused bool, err error) {
 	now := u.now()
 	u.mu.Lock()
 	for n := len(u.idle); n > 0; n = len(u.idle) {
@@ -95,23 +97,30 @@ func (u *upstream) get() (c *upConn, reused bool, err error) {
 		c.Close()
 	}
 	u.mu.Unlock()
-	c, err = u.dial()
+	c, err = u.dial(deadline)
 	return c, false, err
 }
 
-func (u *upstream) dial() (*upConn, error) {
-	var deadline time.Time
-	if u.secure != nil {
-		deadline = deadlineAfter(u.dialTimeout)
+// dial connects (and shakes hands, for https://) within timeouts.connect,
+// and never past the leg's deadline (zero: none): a request's bound holds
+// also while its engine's address does not answer. A dial the deadline cut
+// short is a timeout (os.ErrDeadlineExceeded), not a connect failure.
+func (u *upstream) dial(deadline time.Time) (*upConn, error) {
+	limit := deadlineAfter(u.dialTimeout)
+	cut := false
+	if !deadline.IsZero() && (limit.IsZero() || deadline.Before(limit)) {
+		limit, cut = deadline, true
 	}
-	conn, err := net.DialTimeout("tcp", u.addr, u.dialTimeout)
+	d := net.Dialer{Deadline: limit}
+	conn, err := d.Dial("tcp", u.addr)
+	if err == nil && u.secure != nil {
+		conn, err = u.secure(conn, limit)
+	}
 	if err != nil {
-		return nil, err
-	}
-	if u.secure != nil {
-		if conn, err = u.secure(conn, deadline); err != nil {
-			return nil, err
+		if cut && !time.Now().Before(limit) {
+			return nil, fmt.Errorf("connecting: %w (%v)", os.ErrDeadlineExceeded, err)
 		}
+		return nil, err
 	}
 	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, upstreamReadBuf), handshaking: u.secure != nil}, nil
 }

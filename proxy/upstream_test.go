@@ -82,12 +82,12 @@ func TestUpstreamReusesAPooledConnection(t *testing.T) {
 	a := newAcceptor(t)
 	u := newUpstream(a.addr, time.Second)
 	t.Cleanup(u.closeIdle)
-	c1, reused, err := u.get()
+	c1, reused, err := u.get(time.Time{})
 	if err != nil || reused {
 		t.Fatalf("first get: reused=%v err=%v", reused, err)
 	}
 	u.put(c1)
-	c2, reused, err := u.get()
+	c2, reused, err := u.get(time.Time{})
 	if err != nil || !reused || c2 != c1 {
 		t.Fatalf("second get: reused=%v same=%v err=%v, want the pooled connection", reused, c2 == c1, err)
 	}
@@ -121,13 +121,13 @@ func TestUpstreamDropsConnectionsPastMaxIdleAge(t *testing.T) {
 			}
 			now := time.Unix(1000, 0)
 			u.now = func() time.Time { return now }
-			c1, _, err := u.get()
+			c1, _, err := u.get(time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			u.put(c1)
 			now = now.Add(tc.idle)
-			c2, reused, err := u.get()
+			c2, reused, err := u.get(time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func TestUpstreamCloseIdleClosesEveryPooledConnection(t *testing.T) {
 	u := newUpstream(a.addr, time.Second)
 	var cs []*upConn
 	for range 3 {
-		c, err := u.dial()
+		c, err := u.dial(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestUpstreamCloseIdleClosesEveryPooledConnection(t *testing.T) {
 			t.Errorf("pooled connection %d still open after closeIdle", i)
 		}
 	}
-	c, reused, err := u.get()
+	c, reused, err := u.get(time.Time{})
 	if err != nil || reused {
 		t.Fatalf("get after closeIdle: reused=%v err=%v, want a fresh dial", reused, err)
 	}
@@ -176,8 +176,8 @@ func TestUpstreamClosesConnectionsBeyondMaxIdle(t *testing.T) {
 	u := newUpstream(a.addr, time.Second)
 	t.Cleanup(u.closeIdle)
 	u.maxIdle = 1
-	c1, _ := u.dial()
-	c2, _ := u.dial()
+	c1, _ := u.dial(time.Time{})
+	c2, _ := u.dial(time.Time{})
 	if c1 == nil || c2 == nil {
 		t.Fatal("dial failed")
 	}

@@ -208,10 +208,9 @@ func TestUpstreamCAReloads(t *testing.T) {
 	}
 }
 
-// TestUpstreamHandshakeBoundedByConnect: an engine that accepts the
-// connection but never answers the TLS handshake costs a request no more
-// than timeouts.connect: a 502 naming the backend and the handshake.
-func TestUpstreamHandshakeBoundedByConnect(t *testing.T) {
+// silentTLSEngine is an https:// address that accepts connections and
+// never answers the TLS handshake.
+func silentTLSEngine(t *testing.T) string {
 	ln := proxytest.Listen(t, "127.0.0.1:0")
 	held := make(chan net.Conn, 16)
 	go func() {
@@ -229,19 +228,45 @@ func TestUpstreamHandshakeBoundedByConnect(t *testing.T) {
 			(<-held).Close()
 		}
 	})
+	return "https://" + ln.Addr().String()
+}
+
+// TestUpstreamHandshakeBoundedByConnect: an engine that accepts the
+// connection but never answers the TLS handshake costs a request no more
+// than timeouts.connect: a 502 naming the backend and the handshake.
+func TestUpstreamHandshakeBoundedByConnect(t *testing.T) {
 	p := proxytest.NewEngine(t, engineAnswer)
-	logs := &proxytest.SyncBuffer{}
-	silent := "https://" + ln.Addr().String()
+	silent := silentTLSEngine(t)
 	cfg := testConfig()
 	cfg.Prefill = []config.Prefill{{URL: p.URL}}
 	cfg.Decode = []config.Decode{{URL: silent}}
 	cfg.Timeouts.Connect = 200 * time.Millisecond
-	svc := startService(t, &cfg, zerolog.New(logs))
+	svc := startService(t, &cfg, zerolog.New(&proxytest.SyncBuffer{}))
 
 	resp, body := post(t, svc, `{"text":"hi"}`)
 	msg := "decode " + silent + " connect: TLS handshake: "
 	if resp.StatusCode != 502 || !strings.Contains(body, msg) || !strings.Contains(body, "i/o timeout") {
 		t.Fatalf("answer %d %s, want 502 saying %q… i/o timeout", resp.StatusCode, body, msg)
+	}
+}
+
+// TestDialBoundedByTheLegsDeadline: the leg's own deadline (here the
+// decode's first byte, shorter than timeouts.connect) cuts a dial short
+// too: the request ends in a 504 at that deadline, not in a 502 after the
+// longer connect timeout.
+func TestDialBoundedByTheLegsDeadline(t *testing.T) {
+	p := proxytest.NewEngine(t, engineAnswer)
+	silent := silentTLSEngine(t)
+	cfg := testConfig()
+	cfg.Prefill = []config.Prefill{{URL: p.URL}}
+	cfg.Decode = []config.Decode{{URL: silent}}
+	cfg.Timeouts.Connect = time.Minute
+	cfg.Timeouts.DecodeFirstByte = 300 * time.Millisecond
+	svc := startService(t, &cfg, zerolog.New(&proxytest.SyncBuffer{}))
+
+	resp, body := post(t, svc, `{"text":"hi"}`)
+	if resp.StatusCode != 504 || !strings.Contains(body, "decode "+silent+" timed out") {
+		t.Fatalf("answer %d %s, want a 504: the decode timed out", resp.StatusCode, body)
 	}
 }
 
