@@ -119,7 +119,8 @@ func (r *Router) fromFirstPrefill(path string) fasthttp.RequestHandler {
 }
 
 // serverInfo aggregates every backend's /server_info as SGLang's balancer
-// does: {"internal_states": [decode states…], "prefill": […], "decode": […]}.
+// does: {"internal_states": [decode states…], "prefill": […], "decode": […]},
+// the engines' credentials nulled (redact.go).
 // Engines older than 2026-04 only know /get_server_info; it is tried on 404.
 func (r *Router) serverInfo(ctx *fasthttp.RequestCtx) {
 	results := r.callAll(fasthttp.MethodGet, "/server_info", nil)
@@ -137,7 +138,7 @@ func (r *Router) serverInfo(ctx *fasthttp.RequestCtx) {
 	prefill, decode := []json.RawMessage{}, []json.RawMessage{}
 	var states bytes.Buffer
 	for _, res := range results {
-		body := res.Body
+		body := json.RawMessage(redactServerInfo(res.Body))
 		if !res.OK || body == nil {
 			msg := res.Error
 			if msg == "" {

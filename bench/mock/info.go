@@ -30,6 +30,16 @@ func (e *Engine) serveServerInfo(ctx *fasthttp.RequestCtx) {
 	b = append(b, `,"tp_size":1,"dp_size":1,"pp_size":1,"page_size":1,"kv_cache_dtype":"auto"`...)
 	b = append(b, `,"max_running_requests":`...)
 	b = appendInt(b, int64(e.opts.MaxBatch))
+	// server_args carry the keys, as SGLang's dataclasses.asdict does (newer
+	// versions null them): what relays this route must not pass them on.
+	for _, k := range []struct{ name, val string }{{"api_key", e.opts.APIKey}, {"admin_api_key", e.opts.AdminAPIKey}} {
+		b = append(b, `,"`+k.name+`":`...)
+		if k.val == "" {
+			b = append(b, "null"...)
+		} else {
+			b = appendString(b, k.val)
+		}
+	}
 	b = append(b, `,"internal_states":[{"last_gen_throughput":`...)
 	b = appendFloat(b, e.genThroughput())
 	b = append(b, `,"avg_spec_accept_length":null}],"version":"mock"}`...)

@@ -96,6 +96,12 @@ func TestEngineAPIKeys(t *testing.T) {
 	if resp, body := authed(t, "GET", url+"/v1/models", key, ""); resp.StatusCode != 200 || !strings.Contains(body, "mock-model") {
 		t.Fatalf("/v1/models: %d %s", resp.StatusCode, body)
 	}
+	// /server_info relays the engines' server_args, whose keys pdlb nulls:
+	// it asked with the engines' key, its client need not hold it.
+	if resp, body := authed(t, "GET", url+"/server_info", key, ""); resp.StatusCode != 200 ||
+		strings.Contains(body, adminKey) || !strings.Contains(body, `"api_key":null`) || strings.Count(body, `"admin_api_key":null`) != 3 {
+		t.Fatalf("/server_info: %d %s", resp.StatusCode, body)
+	}
 	if resp, body := authed(t, "POST", url+"/flush_cache", key, ``); resp.StatusCode != 200 {
 		t.Fatalf("/flush_cache (the admin key's): %d %s", resp.StatusCode, body)
 	}
