@@ -100,8 +100,9 @@ type UpstreamAuth struct {
 	// Default "" (none sent).
 	APIKey string `koanf:"api_key"`
 	// AdminAPIKey is the engines' --admin-api-key, sent instead of api_key
-	// on the engine routes SGLang guards with it (/abort_request,
-	// /flush_cache). Default "" (api_key is sent there).
+	// on the aborts pdlb sends (/abort_request is an admin route in SGLang);
+	// never lent to a client's request (/flush_cache goes with api_key).
+	// Default "" (api_key is sent there).
 	AdminAPIKey string `koanf:"admin_api_key"`
 }
 

@@ -12,8 +12,12 @@ import (
 // three kinds of route (srt/utils/auth.py): /health* and /metrics stay
 // open; the serving and info routes need the api key when one is set; the
 // admin routes (/abort_request, /flush_cache, …) need the admin key when
-// one is set, else the api key. One EngineAuth is shared by every backend
-// and swapped whole on reload; a nil *EngineAuth sends nothing.
+// one is set, else the api key. pdlb sends the admin key on its own aborts
+// only: a /flush_cache a client asks pdlb for goes with the api key, so an
+// engine that keeps its admin routes to --admin-api-key holders refuses it
+// (pdlb cannot tell whether its client is one). One EngineAuth is shared by
+// every backend and swapped whole on reload; a nil *EngineAuth sends
+// nothing.
 type EngineAuth struct {
 	keys atomic.Pointer[engineKeys]
 }
@@ -61,9 +65,10 @@ func (a *EngineAuth) legHeader() []byte {
 	return nil
 }
 
-// adminRoutes are the engine routes pdlb calls that SGLang guards with
-// --admin-api-key (AuthLevel.ADMIN_OPTIONAL in its http_server.py).
-var adminRoutes = map[string]bool{abortPath: true, "/flush_cache": true}
+// adminRoutes are the engine routes SGLang guards with --admin-api-key
+// (AuthLevel.ADMIN_OPTIONAL in its http_server.py) that pdlb calls of its
+// own accord.
+var adminRoutes = map[string]bool{abortPath: true}
 
 // authorization is the Authorization value of a call to path ("": none).
 func (a *EngineAuth) authorization(path string) string {

@@ -21,7 +21,7 @@ func TestEngineAuthPerRoute(t *testing.T) {
 		{"health open", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/health", "", "Authorization: Bearer k\r\n"},
 		{"health_generate open", config.UpstreamAuth{APIKey: "k"}, "/health_generate", "", "Authorization: Bearer k\r\n"},
 		{"abort takes the admin key", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/abort_request", "Bearer a", "Authorization: Bearer k\r\n"},
-		{"flush takes the admin key", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/flush_cache", "Bearer a", "Authorization: Bearer k\r\n"},
+		{"a client's flush is not lent the admin key", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/flush_cache", "Bearer k", "Authorization: Bearer k\r\n"},
 		{"abort falls back to the api key", config.UpstreamAuth{APIKey: "k"}, "/abort_request", "Bearer k", "Authorization: Bearer k\r\n"},
 		{"admin key only", config.UpstreamAuth{AdminAPIKey: "a"}, "/generate", "", ""},
 		{"admin key only, abort", config.UpstreamAuth{AdminAPIKey: "a"}, "/abort_request", "Bearer a", ""},

@@ -36,7 +36,9 @@ func authed(t *testing.T, method, url, key, body string) (*http.Response, string
 
 // Engines started with SGLang's --api-key and --admin-api-key serve
 // through pdlb once upstream_auth carries their keys: the legs and info
-// calls present the api key, aborts and /flush_cache the admin key. The
+// calls present the api key, pdlb's own aborts the admin key; a client's
+// /flush_cache is not lent the admin key, so engines that keep it to admin
+// key holders refuse it. The
 // client's own Authorization never reaches an engine, even when it holds
 // the very key the engines want; an engine's 401 is pdlb's fault, a 502
 // that says so, never the client's 401.
@@ -102,18 +104,17 @@ func TestEngineAPIKeys(t *testing.T) {
 		strings.Contains(body, adminKey) || !strings.Contains(body, `"api_key":null`) || strings.Count(body, `"admin_api_key":null`) != 3 {
 		t.Fatalf("/server_info: %d %s", resp.StatusCode, body)
 	}
-	if resp, body := authed(t, "POST", url+"/flush_cache", key, ``); resp.StatusCode != 200 {
-		t.Fatalf("/flush_cache (the admin key's): %d %s", resp.StatusCode, body)
+	if resp, body := authed(t, "POST", url+"/flush_cache", key, ``); resp.StatusCode != 502 || strings.Count(body, `"status":401`) != 3 {
+		t.Fatalf("/flush_cache (the admin key's, which pdlb does not lend): %d %s, want each engine's 401", resp.StatusCode, body)
 	}
+	flushes := p.Unauthorized() + failing.Unauthorized() + d.Unauthorized()
 	// The decode leg of a request whose prefill failed is aborted with the
 	// admin key (the mock records only the aborts it accepted).
 	if !proxytest.WaitFor(5*time.Second, func() bool { return len(d.Stats().Aborted) > 0 }) {
 		t.Fatalf("no abort accepted by the decode (refused: %d)", d.Unauthorized())
 	}
-	for _, e := range []*mock.Engine{p, failing, d} {
-		if n := e.Unauthorized(); n != 0 {
-			t.Errorf("an engine refused %d requests with upstream_auth set", n)
-		}
+	if n := p.Unauthorized() + failing.Unauthorized() + d.Unauthorized(); n != flushes || n != 3 {
+		t.Errorf("the engines refused %d requests with upstream_auth set, want the 3 flushes alone", n)
 	}
 }
 
