@@ -59,6 +59,9 @@ type Options struct {
 	// CAFile is a PEM file of CAs an https:// target's certificate must
 	// chain to; empty trusts the system's pool.
 	CAFile string
+	// APIKey is sent as "Authorization: Bearer <key>" on every request: a
+	// pdlb with server.api_key, an engine with --api-key (default "": none).
+	APIKey string
 	// Room adds a "bootstrap_room" to every body, so an engine can be
 	// measured directly (a balancer replaces the field).
 	Room bool

@@ -59,6 +59,9 @@ func (w *worker) send(start time.Time, promptWords int64) []byte {
 	req.SetRequestURI(w.t.uri)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
+	if w.t.auth != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, w.t.auth)
+	}
 	if len(w.session) > 0 {
 		req.Header.SetBytesV(HeaderSessionID, w.session)
 	}

@@ -15,9 +15,11 @@ import (
 
 // target is one endpoint under test with its own keep-alive pool.
 type target struct {
-	base   string
-	host   string // Host header and client address
-	uri    string // full URL requested
+	base string
+	host string // Host header and client address
+	uri  string // full URL requested
+	// auth is the Authorization value of every request ("": none).
+	auth   string
 	client *fasthttp.HostClient
 }
 
@@ -47,7 +49,12 @@ func newTarget(base, route string, opts Options) (*target, error) {
 		}
 		tlsCfg = &tls.Config{RootCAs: pool}
 	}
+	auth := ""
+	if opts.APIKey != "" {
+		auth = "Bearer " + opts.APIKey
+	}
 	return &target{
+		auth: auth,
 		base: base,
 		host: u.Host,
 		uri:  u.Scheme + "://" + u.Host + path,

@@ -43,3 +43,31 @@ func TestHTTPSTargetTrustsCAFile(t *testing.T) {
 		t.Error("a missing CA file was not an error")
 	}
 }
+
+// TestAPIKey: --api-key is sent on every request; without it a target
+// that requires it fails every one with its 401.
+func TestAPIKey(t *testing.T) {
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Request.Header.Peek("Authorization")) != "Bearer k3y" {
+			ctx.SetStatusCode(401)
+			return
+		}
+		engine(0)(ctx)
+	}}
+	ln := proxytest.Listen(t, "127.0.0.1:0")
+	go srv.Serve(ln) //nolint:errcheck // ends at Shutdown
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	for _, tc := range []struct {
+		key               string
+		completed, failed int64
+	}{{"k3y", 10, 0}, {"", 0, 10}} {
+		rep, err := Run(context.Background(), Options{Targets: []string{"http://" + ln.Addr().String()}, Concurrency: 2, Requests: 10,
+			OutputLen: Dist{4, 4}, InputLen: Dist{5, 5}, APIKey: tc.key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rep.Targets[0].Rounds[0]; r.Completed != tc.completed || r.Failed != tc.failed || tc.failed > 0 && r.Errors["status_401"] != tc.failed {
+			t.Errorf("key %q: completed %d, failed %d (%v); want %d, %d", tc.key, r.Completed, r.Failed, r.Errors, tc.completed, tc.failed)
+		}
+	}
+}

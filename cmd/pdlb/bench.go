@@ -42,6 +42,7 @@ func benchCmd(args []string) error {
 	fs.Float64Var(&o.ZipfS, "zipf-s", 0, "multiturn, shared: Zipf exponent of system prompt popularity, rank k picked with probability ∝ 1/k^s (default 1.1)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	fs.StringVar(&o.CAFile, "ca-file", "", "PEM CAs that https:// targets' certificates chain to (default: the system's)")
+	fs.StringVar(&o.APIKey, "api-key", "", "send \"Authorization: Bearer <key>\" (a pdlb with server.api_key, an engine with --api-key)")
 	fs.BoolVar(&o.Room, "room", false, `add "bootstrap_room" to every body, to measure a PD engine directly (balancers replace it)`)
 	if err := fs.Parse(args); err != nil {
 		return &exitError{2, err}
