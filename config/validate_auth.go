@@ -18,6 +18,11 @@ func (c *Config) checkUpstreamAuth() *Error {
 			if r < 0x20 || r == 0x7f {
 				return errorf(k.key, "holds a control character (a key travels in an HTTP header line)")
 			}
+			if r > 0x7e {
+				// SGLang reads header values as latin-1: the bytes of a
+				// UTF-8 key never equal its own copy of the key.
+				return errorf(k.key, "holds a character beyond ASCII, which an engine never matches")
+			}
 		}
 	}
 	return nil

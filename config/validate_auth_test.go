@@ -8,6 +8,7 @@ func TestValidateUpstreamAuth(t *testing.T) {
 		{"admin key with a tab", func(c *Config) { c.UpstreamAuth.AdminAPIKey = "a\tb" }, "upstream_auth.admin_api_key", "control character"},
 		{"api key with a trailing newline", func(c *Config) { c.UpstreamAuth.APIKey = "secret\n" }, "upstream_auth.api_key", "white space"},
 		{"admin key with a leading space", func(c *Config) { c.UpstreamAuth.AdminAPIKey = " secret" }, "upstream_auth.admin_api_key", "white space"},
+		{"api key beyond ASCII", func(c *Config) { c.UpstreamAuth.APIKey = "clé" }, "upstream_auth.api_key", "beyond ASCII"},
 	})
 }
 

@@ -348,6 +348,16 @@ func TestChartRefusesNoEngines(t *testing.T) {
 	}
 }
 
+// TestChartEngineKeysNeedAnAdminKey: the admin API listens on the pod
+// network; with the engines' keys in pdlb, anyone reaching it could add a
+// worker and be sent them, so the chart wants the admin API's key too.
+func TestChartEngineKeysNeedAnAdminKey(t *testing.T) {
+	_, err := helmTemplate(t, "upstreamAuthSecret: {name: sglang-keys}\nconfig: {prefill: [{url: \"http://p:1\"}], decode: [{url: \"http://d:1\"}]}\n")
+	if err == nil || !strings.Contains(err.Error(), "upstreamAuthSecret needs adminApiKeySecret") {
+		t.Fatalf("engine keys with an open admin API: %v", err)
+	}
+}
+
 // TestChartDiscovery: discovery on renders a Role in the release's namespace
 // that lets pdlb's ServiceAccount get, list and watch pods (and nothing
 // else), mounts its token, and writes the selectors and namespace into the

@@ -64,8 +64,9 @@ const (
 	AbortDropped
 	// AbortSkipped: the engine is remembered to lack the route.
 	AbortSkipped
-	// AbortUnauthorized: the engine refused pdlb's credentials (401, 403):
-	// upstream_auth lacks its --admin-api-key (or --api-key).
+	// AbortUnauthorized: the engine refused pdlb's credentials (401):
+	// upstream_auth lacks its --admin-api-key (or --api-key). The engine is
+	// not asked again for abortAuthMemory.
 	AbortUnauthorized
 )
 
@@ -100,6 +101,12 @@ type AbortObserver interface {
 // it has the route; a backend removed and added again is a new Backend and
 // is asked at once. One wasted request per engine per period is the cost.
 const abortRouteMemory = 10 * time.Minute
+
+// abortAuthMemory is how long an engine that refused an abort for pdlb's
+// credentials (401) is not asked again: every failed or cancelled request
+// would otherwise send it one more abort and log one more warning; a
+// reload that fixes upstream_auth is in force for aborts within a minute.
+const abortAuthMemory = time.Minute
 
 // aborter sends the aborts of one Proxy.
 type aborter struct {
@@ -219,12 +226,24 @@ func (p *Proxy) sendAborts(b *Backend, why AbortReason, bodies [][]byte, deadlin
 			res = p.sendAbort(b, body, left)
 		}
 		p.observeAbort(b, why, res, 1)
-		if res == AbortNotFound {
-			b.noAbortUntil.Store(p.aborts.now().Add(abortRouteMemory).UnixNano())
+		if memory := abortMemory(res); memory > 0 {
+			b.noAbortUntil.Store(p.aborts.now().Add(memory).UnixNano())
 			p.observeAbort(b, why, AbortSkipped, len(bodies)-i-1)
 			return
 		}
 	}
+}
+
+// abortMemory is how long an engine that answered res is not asked again
+// (0: it is asked at the next abort).
+func abortMemory(res AbortResult) time.Duration {
+	switch res {
+	case AbortNotFound:
+		return abortRouteMemory
+	case AbortUnauthorized:
+		return abortAuthMemory
+	}
+	return 0
 }
 
 func (p *Proxy) sendAbort(b *Backend, body []byte, timeout time.Duration) AbortResult {
@@ -236,8 +255,8 @@ func (p *Proxy) sendAbort(b *Backend, body []byte, timeout time.Duration) AbortR
 	case res.Status == fasthttp.StatusNotFound:
 		p.log.Info().Str("backend", b.URL).Dur("for", abortRouteMemory).Msg("engine has no " + abortPath + ": not aborting there")
 		return AbortNotFound
-	case res.Status == fasthttp.StatusUnauthorized || res.Status == fasthttp.StatusForbidden:
-		p.log.Warn().Str("backend", b.URL).Int("status", res.Status).
+	case res.Status == fasthttp.StatusUnauthorized:
+		p.log.Warn().Str("backend", b.URL).Dur("not_asked_for", abortAuthMemory).
 			Msg("engine refused pdlb's abort for its credentials: set upstream_auth.admin_api_key to the engines' --admin-api-key (or api_key to their --api-key)")
 		return AbortUnauthorized
 	case res.Status < 200 || res.Status > 299:

@@ -58,12 +58,14 @@ func (b *Backend) DPInFlight() []int64 {
 
 // TakeLeastLoadedDPRank counts the ticket's request on its backend's least
 // loaded DP rank (the lowest on a tie) until the ticket is settled, and
-// returns it; -1 while the DP size is unknown. The choice and the count are
-// one step: requests choosing at once spread over the ranks rather than all
-// taking the one that was least loaded when each looked.
-func (t *Ticket) TakeLeastLoadedDPRank() int {
+// returns it; -1 unless the backend's DP size is size (unknown, or changed
+// since the caller read it: a rank of another size must not be sent). The
+// choice and the count are one step: requests choosing at once spread over
+// the ranks rather than all taking the one that was least loaded when each
+// looked.
+func (t *Ticket) TakeLeastLoadedDPRank(size int) int {
 	d := t.b.dp.Load()
-	if d == nil {
+	if d == nil || len(d.inflight) != size {
 		return -1
 	}
 	for {

@@ -14,7 +14,7 @@ import (
 func TestDPRankLoad(t *testing.T) {
 	b := mustBackend(t, "http://127.0.0.1:1", Decode)
 	tk, _ := b.Acquire()
-	if b.DPSize() != 0 || tk.TakeLeastLoadedDPRank() != -1 || b.DPInFlight() != nil {
+	if b.DPSize() != 0 || tk.TakeLeastLoadedDPRank(0) != -1 || b.DPInFlight() != nil {
 		t.Fatal("a backend of unknown DP size reports ranks")
 	}
 	tk.Release()
@@ -22,7 +22,7 @@ func TestDPRankLoad(t *testing.T) {
 	var tickets []Ticket
 	for want := range []int{0, 1, 2, 0} { // the least loaded, lowest first
 		tk, _ := b.Acquire()
-		if got := tk.TakeLeastLoadedDPRank(); got != []int{0, 1, 2, 0}[want] {
+		if got := tk.TakeLeastLoadedDPRank(3); got != []int{0, 1, 2, 0}[want] {
 			t.Fatalf("request %d took rank %d", want, got)
 		}
 		tickets = append(tickets, tk)
@@ -32,7 +32,7 @@ func TestDPRankLoad(t *testing.T) {
 	}
 	tickets[1].Done(nil) // rank 1 settles
 	tk, _ = b.Acquire()
-	if r := tk.TakeLeastLoadedDPRank(); r != 1 {
+	if r := tk.TakeLeastLoadedDPRank(3); r != 1 {
 		t.Fatalf("least loaded rank %d, want 1", r)
 	}
 	tk.Release()
@@ -42,6 +42,11 @@ func TestDPRankLoad(t *testing.T) {
 	if got := b.DPInFlight(); !slices.Equal(got, []int64{0, 0, 0}) {
 		t.Fatalf("in flight per rank after settling %v", got)
 	}
+	tk, _ = b.Acquire()
+	if r := tk.TakeLeastLoadedDPRank(2); r != -1 {
+		t.Fatalf("a rank (%d) taken for size 2 from a backend of size 3", r)
+	}
+	tk.Release()
 	b.SetDPSize(3) // same size: counters kept
 	b.SetDPSize(0) // not a size: ignored
 	if b.DPSize() != 3 {
@@ -67,7 +72,7 @@ func TestDPRanksUnderConcurrency(t *testing.T) {
 				<-start
 				tickets[i], _ = b.Acquire()
 				b.SetDPSize(ranks) // as the router does for every prefill request
-				if r := tickets[i].TakeLeastLoadedDPRank(); r < 0 || r >= ranks {
+				if r := tickets[i].TakeLeastLoadedDPRank(ranks); r < 0 || r >= ranks {
 					t.Errorf("rank %d", r)
 				}
 			})

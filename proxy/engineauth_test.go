@@ -56,7 +56,7 @@ func TestAuthRefusalIsPdlbsFault(t *testing.T) {
 		retryable, counts, refusing bool
 	}{
 		{401, 502, true, true, true},
-		{403, 502, true, true, true},
+		{403, 403, false, false, false},
 		{400, 400, false, false, false},
 		{404, 404, false, false, false},
 		{500, 502, false, true, false},

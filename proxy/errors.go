@@ -84,13 +84,15 @@ func (e *UpstreamError) Error() string {
 
 func (e *UpstreamError) Unwrap() error { return e.Err }
 
-// AuthRefused reports whether the engine refused pdlb's credentials (401
-// or 403): SGLang answers those from its API-key check only, before the
-// request reaches the model, and the client's own Authorization never
-// reaches an engine, so they are pdlb's configuration's fault, never the
-// client's.
+// AuthRefused reports whether the engine refused pdlb's credentials (401):
+// SGLang answers it from its API-key check only, before the request
+// reaches the model, and the client's own Authorization never reaches an
+// engine, so it is pdlb's configuration's fault, never the client's. (A
+// 403 is not: SGLang sends it only on routes pdlb does not call, and one
+// from something in front of the engines may depend on what the client
+// sent, which must not open breakers.)
 func (e *UpstreamError) AuthRefused() bool {
-	return e.Kind == KindStatus && (e.Status == 401 || e.Status == 403)
+	return e.Kind == KindStatus && e.Status == 401
 }
 
 // ClientStatus is the status pdlb answers with: a backend's 4xx is the

@@ -268,7 +268,10 @@ func (p *Proxy) Do(x *Exchange) (*Answer, *UpstreamError) {
 		a.report(&a.dl, Decode, time.Time{}, 0, 0, cut)
 		return nil, <-a.pdone
 	default:
-		if err.Kind == KindTimeout && x.Stream && a.prefillOK.Load() {
+		// Silent past its deadline after the prefill answered: the KV may
+		// never have come. Not when the request never reached the decode
+		// (its dial was cut): then the decode alone is at fault.
+		if err.Kind == KindTimeout && x.Stream && a.prefillOK.Load() && a.dl.sent {
 			err.AfterPrefill = true
 		}
 		a.setWhy(failedWhy(err, Decode))

@@ -352,11 +352,17 @@ func TestAbortRouteMissingIsRemembered(t *testing.T) {
 }
 
 // An engine started with --admin-api-key that pdlb lacks refuses the abort
-// with 401: counted as unauthorized, not as an error of the engine's.
+// with 401: counted as unauthorized, not as an error of the engine's, and
+// not asked again for a minute (every failed request would add an abort
+// and a warning).
 func TestAbortRefusedForCredentials(t *testing.T) {
 	d, dm := mockEngine(t, mock.Options{Role: mock.RoleDecode, StallProb: 1, AdminAPIKey: "engine-admin"})
-	p := proxytest.NewEngine(t, failOnceSeen(dm, "/generate", 1, 500))
+	var sent atomic.Int64 // requests the test has sent
+	p := proxytest.NewEngine(t, func(ctx *fasthttp.RequestCtx) {
+		failOnceSeen(dm, "/generate", sent.Load(), 500)(ctx) // once the decode has this one too
+	})
 	l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, withAborts(16))
+	sent.Add(1)
 	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","rid":"r"}`); resp.StatusCode != 502 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
@@ -364,6 +370,18 @@ func TestAbortRefusedForCredentials(t *testing.T) {
 		t.Fatalf("the decode refused %d aborts", dm.Unauthorized())
 	}
 	onlyAborts(t, l, `pdlb_aborts_total{role="decode",reason="prefill_failed",result="unauthorized"}`)
+	sent.Add(1)
+	if resp, body := proxytest.Post(t, l.URL+"/generate", `{"text":"hi","rid":"r2"}`); resp.StatusCode != 502 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if !proxytest.WaitFor(5*time.Second, func() bool {
+		return metricValues(t, l, "pdlb_aborts_total")[`pdlb_aborts_total{role="decode",reason="prefill_failed",result="skipped"}`] == 1
+	}) {
+		t.Fatalf("the second abort was not skipped: %v", metricValues(t, l, "pdlb_aborts_total"))
+	}
+	if n := dm.Unauthorized(); n != 1 {
+		t.Errorf("the engine was asked %d times", n)
+	}
 }
 
 // The OpenAI routes take rid as /generate does (SGLang's protocol.py), so

@@ -99,12 +99,15 @@ func (r *Router) pickDPRanks(pt, dt *proxy.Ticket) (int, dpRanks) {
 	if pb := pt.Backend(); r.info != nil {
 		if info, ok := r.info.Info(pb.Bootstrap().Addr); ok && info.DPSize > 1 {
 			pb.SetDPSize(info.DPSize)
-			ranks.prefill = pt.TakeLeastLoadedDPRank()
-			prefillDP = info.DPSize
+			// -1 when another request set another size meanwhile: then
+			// no rank, as for a prefill of unknown size.
+			if rank := pt.TakeLeastLoadedDPRank(info.DPSize); rank >= 0 {
+				ranks.prefill, prefillDP = rank, info.DPSize
+			}
 		}
 	}
-	if db := dt.Backend(); db.DPSize() > 1 {
-		ranks.decode = dt.TakeLeastLoadedDPRank()
+	if n := dt.Backend().DPSize(); n > 1 {
+		ranks.decode = dt.TakeLeastLoadedDPRank(n)
 	}
 	return prefillDP, ranks
 }

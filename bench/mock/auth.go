@@ -8,7 +8,8 @@ import (
 )
 
 // authorized applies SGLang's API-key rules (srt/utils/auth.py) to a
-// request for route: /health* and /metrics are open; the admin routes
+// request for route: /health* is open (as /metrics is in SGLang; the mock
+// serves none); the admin routes
 // pdlb calls (/flush_cache, /abort_request: AuthLevel.ADMIN_OPTIONAL)
 // need the admin key when one is set, else the api key; every other route
 // needs the api key when one is set. A refusal is SGLang's 401

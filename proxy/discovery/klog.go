@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -20,13 +21,13 @@ import (
 // while none runs, to stderr as JSON.
 func init() { klog.SetLogger(logr.New(forwardSink{})) }
 
-// klogRoute is where klog's lines go: the last discovery started that is
-// still running; users counts them, so the last to stop ends the routing
-// and a test's logger is never written to after its test.
+// klogRoute is where klog's lines go: the logger of the last discovery
+// started that is still running (running holds them in start order), so a
+// stopped one's logger (a finished test's) is never written to.
 var klogRoute struct {
 	sync.Mutex
-	users  int
-	target atomic.Pointer[zerolog.Logger]
+	running []*zerolog.Logger
+	target  atomic.Pointer[zerolog.Logger]
 }
 
 var klogFallback = zerolog.New(os.Stderr).With().Timestamp().Str("component", "client-go").Logger()
@@ -35,16 +36,20 @@ var klogFallback = zerolog.New(os.Stderr).With().Timestamp().Str("component", "c
 func routeKlog(log zerolog.Logger) (release func()) {
 	klogRoute.Lock()
 	defer klogRoute.Unlock()
-	klogRoute.users++
-	klogRoute.target.Store(&log)
+	mine := &log
+	klogRoute.running = append(klogRoute.running, mine)
+	klogRoute.target.Store(mine)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			klogRoute.Lock()
 			defer klogRoute.Unlock()
-			if klogRoute.users--; klogRoute.users == 0 {
-				klogRoute.target.Store(nil)
+			klogRoute.running = slices.DeleteFunc(klogRoute.running, func(l *zerolog.Logger) bool { return l == mine })
+			var next *zerolog.Logger
+			if n := len(klogRoute.running); n > 0 {
+				next = klogRoute.running[n-1]
 			}
+			klogRoute.target.Store(next)
 		})
 	}
 }

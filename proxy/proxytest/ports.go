@@ -1,23 +1,39 @@
 package proxytest
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 )
 
 // Ports a test reserves for something it starts later (a pdlb listener, an
-// etcd member) come from below the kernel's ephemeral range (32768–60999 on
-// Linux). A port the kernel handed out for ":0" and a test closed again is
-// the next ":0" of any other test binary running in parallel, and every
-// outgoing connection's local port is drawn from that range too: CI once saw
-// etcd fail to bind a port found free a moment before. Nothing takes a port
-// below the range unless asked for it by number.
-const (
-	reservedLow  = 10000
-	reservedHigh = 32768
-)
+// etcd member) come from below the kernel's ephemeral range (32768–60999 by
+// Linux's default). A port the kernel handed out for ":0" and a test closed
+// again is the next ":0" of any other test binary running in parallel, and
+// every outgoing connection's local port is drawn from that range too: CI
+// once saw etcd fail to bind a port found free a moment before. Nothing
+// takes a port below the range unless asked for it by number. Where the
+// range starts lower (some CI machines set 1024–65535) there is no such
+// place, and the ports come from within it.
+const reservedLow = 10000
+
+var reservedHigh = func() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		return 32768
+	}
+	if low > reservedLow+1000 {
+		return low
+	}
+	return max(high, reservedLow+1000)
+}()
 
 // FreePort returns a port below the ephemeral range that is free on every
 // one of hosts (127.0.0.1 when none is named) at the time of the call.

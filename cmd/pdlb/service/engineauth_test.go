@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/sony/gobreaker/v2"
 
 	"pdlb/bench/mock"
@@ -147,5 +148,49 @@ func TestEngineWithAnotherKeyIsRoutedAround(t *testing.T) {
 	}
 	if st := svc.Pool.Find(staleURL).Breaker().State(); st != gobreaker.StateOpen {
 		t.Errorf("the stale decode's breaker is %v, want open", st)
+	}
+}
+
+// pdlb says whether it holds engine keys (never their values) and warns
+// where they would serve someone they should not.
+func TestEngineAuthWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*config.Config)
+		want   []string
+		absent []string
+	}{
+		{"no keys: nothing said", func(c *config.Config) {}, nil, []string{"upstream_auth", "admin API needs no key"}},
+		{"keys, an open admin API on the network, no server key", func(c *config.Config) {
+			c.UpstreamAuth = config.UpstreamAuth{APIKey: "secret-1", AdminAPIKey: "secret-2"}
+			c.Admin = config.Admin{Host: "0.0.0.0", Port: 8001}
+		}, []string{`"api_key":true`, `"admin_api_key":true`, "admin API needs no key", "serving routes need none"}, []string{"secret-1", "secret-2"}},
+		{"keys behind an admin key and a server key", func(c *config.Config) {
+			c.UpstreamAuth = config.UpstreamAuth{APIKey: "secret-1"}
+			c.Admin = config.Admin{Host: "0.0.0.0", Port: 8001, APIKey: "adm"}
+			c.Server.APIKey = "cli"
+		}, []string{`"api_key":true`, `"admin_api_key":false`}, []string{"admin API needs no key", "serving routes need none", "secret-1"}},
+		{"admin API on loopback", func(c *config.Config) {
+			c.UpstreamAuth = config.UpstreamAuth{AdminAPIKey: "secret-2"}
+			c.Admin = config.Admin{Host: "127.0.0.1", Port: 8001}
+		}, []string{`"admin_api_key":true`}, []string{"admin API needs no key", "serving routes need none"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Default()
+			tc.change(&cfg)
+			logs := &proxytest.SyncBuffer{}
+			logEngineAuth(&cfg, zerolog.New(logs))
+			out := string(logs.Bytes())
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("log lacks %q:\n%s", w, out)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(out, a) {
+					t.Errorf("log holds %q:\n%s", a, out)
+				}
+			}
+		})
 	}
 }

@@ -130,6 +130,7 @@ func (s *Service) applyLocked(cfg *config.Config) (removed []*proxy.Backend, mov
 		}
 	}
 	commitTLS()
+	logEngineAuth(cfg, s.log)
 	s.log.Info().Int("prefill", len(cfg.Prefill)).Int("decode", len(cfg.Decode)).Msg("configuration reloaded")
 	return removed, moved, nil
 }

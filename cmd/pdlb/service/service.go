@@ -75,6 +75,7 @@ func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, er
 	}
 	s := &Service{cfg: cfg, log: log, reg: newRegistryWiring(cfg, log), traceFlush: traceFlushTimeout, tls: tlsSet,
 		engineAuth: proxy.NewEngineAuth(cfg.UpstreamAuth)}
+	logEngineAuth(cfg, log)
 	if s.cluster, err = newClusterWiring(cfg, s.reg, log); err != nil {
 		return nil, err
 	}

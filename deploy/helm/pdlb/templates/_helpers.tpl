@@ -46,6 +46,9 @@ requests.
 {{- if and (gt (int .Values.replicaCount) 1) (eq (toString $mode) "embedded") (empty $etcd) -}}
 {{- fail "replicaCount > 1 with the embedded registry needs config.cluster.etcd.endpoints (the replicas share it through etcd), or config.bootstrap.mode external or off: else the registry lives in one replica, and a decode could ask another" -}}
 {{- end -}}
+{{- if and .Values.upstreamAuthSecret.name (empty .Values.adminApiKeySecret.name) -}}
+{{- fail "upstreamAuthSecret needs adminApiKeySecret: the admin API listens on the pod network, and anyone who reaches it could add a worker that pdlb then sends the engines' keys" -}}
+{{- end -}}
 {{- $d := .Values.discovery -}}
 {{- if $d.enabled -}}
 {{- if and (empty $d.prefillSelector) (empty $d.decodeSelector) -}}
