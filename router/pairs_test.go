@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -321,18 +322,41 @@ func TestDecodeTimeoutAfterPrefillCountsForThePair(t *testing.T) {
 		prefill func(released <-chan struct{}) fasthttp.RequestHandler
 		body    string
 		counted bool
+		// unreached: the decode accepts connections and never answers the
+		// TLS handshake, so the request never reaches it.
+		unreached bool
 	}{
 		{"stream, prefill answered", func(<-chan struct{}) fasthttp.RequestHandler { return sseEngine([]string{`{"p":1}`}, 0, false) },
-			`{"text":"hi","stream":true}`, true},
-		{"stream, prefill silent too", silent, `{"text":"hi","stream":true}`, false},
+			`{"text":"hi","stream":true}`, true, false},
+		{"stream, prefill silent too", silent, `{"text":"hi","stream":true}`, false, false},
 		{"non-stream, prefill answered", func(<-chan struct{}) fasthttp.RequestHandler { return proxytest.JSONAnswer(200, `{}`) },
-			`{"text":"hi"}`, false},
+			`{"text":"hi"}`, false, false},
+		{"stream, prefill answered, decode never reached", func(<-chan struct{}) fasthttp.RequestHandler { return sseEngine([]string{`{"p":1}`}, 0, false) },
+			`{"text":"hi","stream":true}`, false, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			released := make(chan struct{})
 			p := proxytest.NewEngine(t, tc.prefill(released))
 			d := proxytest.NewEngine(t, silent(released))
+			if tc.unreached {
+				ln := proxytest.Listen(t, "127.0.0.1:0")
+				go func() {
+					var held []net.Conn // never read, never written
+					for {
+						c, err := ln.Accept()
+						if err != nil {
+							for _, c := range held {
+								c.Close()
+							}
+							return
+						}
+						held = append(held, c)
+					}
+				}()
+				t.Cleanup(func() { ln.Close() })
+				d = &proxytest.Engine{URL: "https://" + ln.Addr().String()}
+			}
 			t.Cleanup(func() { close(released) }) // runs before the engines' shutdown
 			l := startLB(t, []*proxytest.Engine{p}, []*proxytest.Engine{d}, func(c *config.Config) {
 				c.Timeouts.DecodeFirstByte, c.Timeouts.PrefillFirstByte = 300*time.Millisecond, 2*time.Second
