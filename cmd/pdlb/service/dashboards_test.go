@@ -212,7 +212,7 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 			t.Errorf("neither the dashboard nor the alerts show %s", want)
 		}
 	}
-	for _, want := range []string{"PdlbPrefillUnregistered", "PdlbBreakerOpen", "PdlbHighErrorRatio", "PdlbAdmissionQueueSaturated", "PdlbClusterStoreDown", "PdlbPairAvoided"} {
+	for _, want := range []string{"PdlbPrefillUnregistered", "PdlbBreakerOpen", "PdlbHighErrorRatio", "PdlbAdmissionQueueSaturated", "PdlbClusterStoreDown", "PdlbPairAvoided", "PdlbEngineRefusesAborts"} {
 		if alerts[want] == "" {
 			t.Errorf("alerts.yaml lacks %s", want)
 		}
