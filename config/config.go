@@ -100,8 +100,9 @@ type UpstreamAuth struct {
 	// Default "" (none sent).
 	APIKey string `koanf:"api_key"`
 	// AdminAPIKey is the engines' --admin-api-key, sent instead of api_key
-	// on the aborts pdlb sends (/abort_request is an admin route in SGLang);
-	// never lent to a client's request (/flush_cache goes with api_key).
+	// on the aborts pdlb sends (/abort_request is an admin route in SGLang)
+	// and the admin listener's POST /flush_cache; never lent to a client's
+	// request (the serving listener's /flush_cache goes with api_key).
 	// Default "" (api_key is sent there).
 	AdminAPIKey string `koanf:"admin_api_key"`
 }

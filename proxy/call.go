@@ -16,13 +16,24 @@ type CallResult struct {
 // Call sends one plain request (info, broadcast and health routes: not the
 // PD path, so no leg machinery) and reads the whole answer.
 func (b *Backend) Call(method, path string, body []byte, timeout time.Duration) (CallResult, error) {
+	return b.call(method, path, body, timeout, b.auth.authorization(path))
+}
+
+// CallAsAdmin is Call with upstream_auth's admin key (api_key when none),
+// for an admin route an operator asked for on pdlb's admin listener: the
+// key a client of the serving listener is never lent.
+func (b *Backend) CallAsAdmin(method, path string, body []byte, timeout time.Duration) (CallResult, error) {
+	return b.call(method, path, body, timeout, b.auth.adminAuthorization())
+}
+
+func (b *Backend) call(method, path string, body []byte, timeout time.Duration, auth string) (CallResult, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
 	req.SetRequestURI(b.URL + path)
-	if auth := b.auth.authorization(path); auth != "" {
+	if auth != "" {
 		req.Header.Set(fasthttp.HeaderAuthorization, auth)
 	}
 	if body != nil {

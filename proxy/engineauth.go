@@ -13,9 +13,10 @@ import (
 // open; the serving and info routes need the api key when one is set; the
 // admin routes (/abort_request, /flush_cache, …) need the admin key when
 // one is set, else the api key. pdlb sends the admin key on its own aborts
-// only: a /flush_cache a client asks pdlb for goes with the api key, so an
-// engine that keeps its admin routes to --admin-api-key holders refuses it
-// (pdlb cannot tell whether its client is one). One EngineAuth is shared by
+// and on what an operator asks its admin listener for (CallAsAdmin) only:
+// a /flush_cache a client asks the serving listener for goes with the api
+// key, so an engine that keeps its admin routes to --admin-api-key holders
+// refuses it (pdlb cannot tell whether its client is one). One EngineAuth is shared by
 // every backend and swapped whole on reload; a nil *EngineAuth sends
 // nothing.
 type EngineAuth struct {
@@ -81,6 +82,15 @@ func (a *EngineAuth) authorization(path string) string {
 		return k.admin
 	}
 	return k.api
+}
+
+// adminAuthorization is the admin key's Authorization value (the api
+// key's when no admin key is set; "": none).
+func (a *EngineAuth) adminAuthorization() string {
+	if k := a.load(); k != nil {
+		return k.admin
+	}
+	return ""
 }
 
 // UseAuth makes b present a's credentials; call it before b serves.

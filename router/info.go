@@ -36,6 +36,19 @@ type backendResult struct {
 // broadcast sends the request to every prefill and decode at once and
 // answers with each backend's result: 200 when all succeeded, 502 otherwise.
 func (r *Router) broadcast(method, path string) fasthttp.RequestHandler {
+	return r.broadcastWith(method, path, (*proxy.Backend).Call)
+}
+
+// AdminBroadcast is broadcast with upstream_auth's admin key, for pdlb's
+// admin listener (admin.api_key guards it): an operator's /flush_cache
+// reaches engines that keep their admin routes to --admin-api-key holders.
+func (r *Router) AdminBroadcast(method, path string) fasthttp.RequestHandler {
+	return r.broadcastWith(method, path, (*proxy.Backend).CallAsAdmin)
+}
+
+type callFunc func(b *proxy.Backend, method, path string, body []byte, timeout time.Duration) (proxy.CallResult, error)
+
+func (r *Router) broadcastWith(method, path string, call callFunc) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		var body []byte
 		if method == fasthttp.MethodPost {
@@ -44,7 +57,7 @@ func (r *Router) broadcast(method, path string) fasthttp.RequestHandler {
 				body = nil
 			}
 		}
-		results := r.callAll(method, path, body)
+		results := r.callAll(method, path, body, call)
 		status := fasthttp.StatusOK
 		for _, res := range results {
 			if !res.OK {
@@ -55,14 +68,14 @@ func (r *Router) broadcast(method, path string) fasthttp.RequestHandler {
 	}
 }
 
-func (r *Router) callAll(method, path string, body []byte) []backendResult {
+func (r *Router) callAll(method, path string, body []byte, call callFunc) []backendResult {
 	backends := append(append([]*proxy.Backend(nil), r.pool.Backends(proxy.Prefill)...), r.pool.Backends(proxy.Decode)...)
 	results := make([]backendResult, len(backends))
 	var wg sync.WaitGroup
 	for i, b := range backends {
 		wg.Go(func() {
 			res := backendResult{Role: b.Role.String(), URL: b.URL}
-			out, err := b.Call(method, path, body, infoTimeout)
+			out, err := call(b, method, path, body, infoTimeout)
 			switch {
 			case err != nil:
 				res.Error = err.Error()
@@ -123,7 +136,7 @@ func (r *Router) fromFirstPrefill(path string) fasthttp.RequestHandler {
 // the engines' credentials nulled (redact.go).
 // Engines older than 2026-04 only know /get_server_info; it is tried on 404.
 func (r *Router) serverInfo(ctx *fasthttp.RequestCtx) {
-	results := r.callAll(fasthttp.MethodGet, "/server_info", nil)
+	results := r.callAll(fasthttp.MethodGet, "/server_info", nil, (*proxy.Backend).Call)
 	for i, res := range results {
 		if res.Status == fasthttp.StatusNotFound {
 			b := r.pool.Find(res.URL)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,8 +60,9 @@ func TestEngineAPIKeys(t *testing.T) {
 	cfg.Decode = []config.Decode{{URL: d0URL}}
 	cfg.Breaker.Enabled = false
 	cfg.Abort = config.Default().Abort
+	cfg.Admin = config.Admin{Host: "127.0.0.1", Port: proxytest.FreePort(t), APIKey: "operator-key"}
 	svc := startService(t, &cfg, testLog(t))
-	url := "http://" + svc.Addr()
+	url, admin := "http://"+svc.Addr(), "http://127.0.0.1:"+strconv.Itoa(cfg.Admin.Port)
 
 	resp, body := authed(t, "POST", url+"/generate", key, `{"text":"hi"}`)
 	if resp.StatusCode != 502 || !strings.Contains(body, "refused pdlb's credentials") || !strings.Contains(body, "upstream_auth.api_key") {
@@ -109,6 +111,17 @@ func TestEngineAPIKeys(t *testing.T) {
 		t.Fatalf("/flush_cache (the admin key's, which pdlb does not lend): %d %s, want each engine's 401", resp.StatusCode, body)
 	}
 	flushes := p.Unauthorized() + failing.Unauthorized() + d.Unauthorized()
+	// The operator's flush, on the admin listener behind admin.api_key, goes
+	// with the engines' admin key.
+	if resp, body := authed(t, "POST", admin+"/flush_cache", "wrong", ``); resp.StatusCode != 401 {
+		t.Fatalf("admin /flush_cache without admin.api_key: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := authed(t, "POST", admin+"/flush_cache", "operator-key", ``); resp.StatusCode != 200 || strings.Count(body, `"ok":true`) != 3 {
+		t.Fatalf("admin /flush_cache: %d %s, want every engine's 200", resp.StatusCode, body)
+	}
+	if resp, _ := authed(t, "GET", admin+"/flush_cache", "operator-key", ``); resp.StatusCode != 405 {
+		t.Fatalf("GET admin /flush_cache: %d, want 405", resp.StatusCode)
+	}
 	// The decode leg of a request whose prefill failed is aborted with the
 	// admin key (the mock records only the aborts it accepted).
 	if !proxytest.WaitFor(5*time.Second, func() bool { return len(d.Stats().Aborted) > 0 }) {

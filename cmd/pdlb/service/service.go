@@ -42,6 +42,9 @@ type Service struct {
 	tls *serviceTLS
 	// engineAuth is upstream_auth, shared by every backend.
 	engineAuth *proxy.EngineAuth
+	// adminFlush is the admin listener's POST /flush_cache: the engines'
+	// admin key, which the serving listener's /flush_cache is never lent.
+	adminFlush fasthttp.RequestHandler
 	cluster    *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
 	forget     *forgetter     // nil unless bootstrap.forget_after (embedded mode)
 	// discovery is nil unless discovery.kubernetes.enabled.
@@ -122,6 +125,7 @@ func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, er
 		ro.Tracer = tp.Tracer("pdlb")
 	}
 	s.Router = router.New(ro)
+	s.adminFlush = s.Router.AdminBroadcast(fasthttp.MethodPost, "/flush_cache")
 	if cfg.Bootstrap.ForgetAfter > 0 && s.reg.registry != nil {
 		var replica *etcdstore.Replica
 		timeout := config.Default().Cluster.Etcd.RequestTimeout
@@ -235,6 +239,16 @@ func (s *Service) adminHandler(ctx *fasthttp.RequestCtx) {
 		}
 	case s.status.serves(path):
 		s.status.handle(ctx)
+	case path == "/flush_cache":
+		if !s.admin.authorized(ctx) {
+			return
+		}
+		if string(ctx.Method()) != fasthttp.MethodPost {
+			ctx.Response.Header.Set("Allow", "POST")
+			pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest, "method "+string(ctx.Method())+" not allowed on /flush_cache; use POST")
+			return
+		}
+		s.adminFlush(ctx)
 	default:
 		s.admin.Handler(ctx)
 	}
