@@ -1,7 +1,6 @@
 package router
 
 import (
-	"slices"
 	"strconv"
 
 	"pdlb/config"
@@ -42,72 +41,72 @@ func newPolicies(c config.Policy) *policies {
 // exclude (those that failed earlier attempts) are not picked; one whose
 // breaker refuses at admission (half-open probes used up) is passed over.
 // It returns a message when no pair is available.
+//
+// Which backends the policies may pick is kept in a pooled selection
+// (selection.go), not in closures: those escaped into the policies'
+// interface and cost an allocation each per request.
 func (r *Router) pickPair(q *request, exclude []*proxy.Backend) (proxy.Ticket, proxy.Ticket, string) {
 	req := &q.parsed
 	pr := q.policyRequest()
-	ok := func(b *proxy.Backend) bool { return r.pool.Available(b) && !contains(exclude, b) }
-	pt, dt, msg := r.pickPairAmong(q, pr, ok)
+	s := r.newSelection(exclude)
+	defer s.release()
+	pt, dt, msg := r.pickPairAmong(q, pr, s)
 	if msg != "" && req.rankField != "" && r.info != nil {
 		// A request that names a prefill DP rank may wait (bounded by
 		// bootstrap.info_wait, in checkRank) for a prefill still registering,
 		// so the very first request of a fresh deployment succeeds. Other
 		// requests get their 503 at once.
-		registering := func(b *proxy.Backend) bool {
-			return b.Role == proxy.Prefill && !r.pool.RegistryReady(b) && r.pool.AvailableIgnoringRegistry(b) && !contains(exclude, b)
-		}
-		pt, dt, msg = r.pickPairAmong(q, pr, func(b *proxy.Backend) bool { return ok(b) || registering(b) })
+		s.registering = true
+		pt, dt, msg = r.pickPairAmong(q, pr, s)
 	}
 	return pt, dt, msg
 }
 
-func (r *Router) pickPairAmong(q *request, pr policy.Request, ok func(*proxy.Backend) bool) (proxy.Ticket, proxy.Ticket, string) {
+func (r *Router) pickPairAmong(q *request, pr policy.Request, s *selection) (proxy.Ticket, proxy.Ticket, string) {
 	now := r.clock.Now()
 	avoided := r.pairs.snapshot(now)
 	if avoided == nil && len(q.failedPairs) == 0 {
-		pt, dt, _, why := r.pickPairWith(q, pr, ok, nil)
+		pt, dt, _, why := r.pickPairWith(q, pr, s)
 		return pt, dt, why
 	}
 	// Some pairs are avoided (pair health) or failed this request already:
 	// offer the prefills one by one until one has a decode it may pair
 	// with, then, if none has, take an avoided pair rather than none.
-	// The closure must not capture q: it escapes (into the policies), and
-	// q with it would move every request to the heap (about 850 bytes).
-	failed := q.failedPairs
-	avoids := func(p, d *proxy.Backend) bool {
-		return slices.Contains(failed, Pair{p.URL, d.URL}) || avoided != nil && avoided.avoids(p, d, now)
-	}
-	var tried []*proxy.Backend
+	// s takes the request's failed pairs (the slice), never q itself: q
+	// would escape with it (into the pool), moving every request to the
+	// heap (about 850 bytes).
+	s.avoid(avoided, q.failedPairs, now)
 	for {
-		pt, dt, p, why := r.pickPairWith(q, pr, func(b *proxy.Backend) bool { return ok(b) && !contains(tried, b) }, avoids)
+		pt, dt, p, why := r.pickPairWith(q, pr, s)
 		if why == "" {
+			s.stopAvoiding()
 			return pt, dt, ""
 		}
 		if p == nil {
 			break // no prefill left
 		}
-		tried = append(tried, p)
+		s.tried = append(s.tried, p)
 	}
-	pt, dt, _, why := r.pickPairWith(q, pr, ok, nil)
+	s.stopAvoiding()
+	pt, dt, _, why := r.pickPairWith(q, pr, s)
 	return pt, dt, why
 }
 
-// pickPairWith picks a prefill, then a decode that avoids (when set) does
-// not rule out with it. Without a decode it releases the prefill and
-// returns which prefill it was, with the reason.
-func (r *Router) pickPairWith(q *request, pr policy.Request, ok func(*proxy.Backend) bool, avoids func(p, d *proxy.Backend) bool) (proxy.Ticket, proxy.Ticket, *proxy.Backend, string) {
+// pickPairWith picks a prefill, then a decode that s accepts with it (when
+// s is avoiding, not one of an avoided pair). Without a decode it releases
+// the prefill and returns which prefill it was, with the reason.
+func (r *Router) pickPairWith(q *request, pr policy.Request, s *selection) (proxy.Ticket, proxy.Ticket, *proxy.Backend, string) {
 	pols := r.policies.Load()
-	pt, why := r.pickOne(proxy.Prefill, pols.prefill, pr, ok, &q.prefillReason)
+	pt, why := r.pickOne(proxy.Prefill, pols.prefill, pr, s, &q.prefillReason)
 	if why != "" {
 		return pt, pt, nil, why
 	}
 	p := pt.Backend()
 	prefillReq := pr
 	pr.Prefill = p
-	decodeOK := ok
-	if avoids != nil {
-		decodeOK = func(d *proxy.Backend) bool { return ok(d) && !avoids(p, d) }
-	}
-	dt, why := r.pickOne(proxy.Decode, pols.decode, pr, decodeOK, &q.decodeReason)
+	s.prefill = p
+	dt, why := r.pickOne(proxy.Decode, pols.decode, pr, s, &q.decodeReason)
+	s.prefill = nil
 	if why != "" {
 		pt.Release()
 		return proxy.Ticket{}, dt, p, why
@@ -128,12 +127,13 @@ func chosen(pol policy.Policy, pr policy.Request, b *proxy.Backend) {
 }
 
 // pickOne asks pol for a backend of role and its breaker for admission,
-// until one admits or none is left.
-func (r *Router) pickOne(role proxy.Role, pol policy.Policy, pr policy.Request, ok func(*proxy.Backend) bool, reason *policy.Reason) (proxy.Ticket, string) {
+// until one admits or none is left. The policy gets s.ok, which passes
+// over the backends refused here (s.refused, reset at each call).
+func (r *Router) pickOne(role proxy.Role, pol policy.Policy, pr policy.Request, s *selection, reason *policy.Reason) (proxy.Ticket, string) {
 	all := r.pool.Backends(role)
-	var refused []*proxy.Backend
+	defer s.clearRefused()
 	for {
-		b, why := pol.Pick(pr, all, func(b *proxy.Backend) bool { return ok(b) && !contains(refused, b) })
+		b, why := pol.Pick(pr, all, s.ok)
 		if b == nil {
 			return proxy.Ticket{}, noBackendMessage(role, len(all))
 		}
@@ -141,7 +141,7 @@ func (r *Router) pickOne(role proxy.Role, pol policy.Policy, pr policy.Request, 
 			*reason = why
 			return t, ""
 		}
-		refused = append(refused, b)
+		s.refused = append(s.refused, b)
 	}
 }
 
