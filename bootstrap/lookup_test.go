@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"pdlb/config"
+	"pdlb/proxy/proxytest"
 )
 
 func TestFetchPrefillInfoWaitsForReady(t *testing.T) {
@@ -66,7 +67,7 @@ func TestFetchRankNotFoundIsNotRetried(t *testing.T) {
 
 func TestFetchPrefillInfoUnreachable(t *testing.T) {
 	var sl sleepRecorder
-	_, err := FetchPrefillInfo(context.Background(), nil, "http://"+freeAddr(t), 3, time.Millisecond, sl.Sleep)
+	_, err := FetchPrefillInfo(context.Background(), nil, "http://"+proxytest.ClosedAddr(t), 3, time.Millisecond, sl.Sleep)
 	if !errors.Is(err, ErrNotReady) || len(sl.delays) != 2 {
 		t.Fatalf("err=%v sleeps=%d", err, len(sl.delays))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"pdlb"
 	"pdlb/config"
+	"pdlb/proxy/proxytest"
 )
 
 // scriptedServer answers PUT /route with the given statuses in turn (the
@@ -159,22 +160,11 @@ func TestRegistrarDelayCap(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // The registration-retry seed scenario: the prefill starts before the
 // registry; the registry (a real pdlb Registry) comes up during the second
 // backoff and the third attempt registers.
 func TestRegistrarPrefillBeforeRegistry(t *testing.T) {
-	addr := freeAddr(t)
+	addr := proxytest.ClosedAddr(t)
 	reg := NewRegistry(defaulted(config.Bootstrap{}), zerolog.Nop(), pdlb.Clock{})
 	_, portStr, _ := net.SplitHostPort(addr)
 	port, _ := pyInt(portStr)
@@ -211,7 +201,7 @@ func TestRegistrarPrefillBeforeRegistry(t *testing.T) {
 func TestRegistrarNoFailFastKeepsRunning(t *testing.T) {
 	var sl sleepRecorder
 	var logs bytes.Buffer
-	r := NewRegistrar(RegistrarOptions{URL: "http://" + freeAddr(t), Sleep: sl.Sleep, Logger: zerolog.New(&logs)})
+	r := NewRegistrar(RegistrarOptions{URL: "http://" + proxytest.ClosedAddr(t), Sleep: sl.Sleep, Logger: zerolog.New(&logs)})
 	if err := r.Register(context.Background(), testPayload()); err != nil {
 		t.Fatalf("FailFast=false must return nil, got %v", err)
 	}
@@ -224,7 +214,7 @@ func TestRegistrarNoFailFastKeepsRunning(t *testing.T) {
 func TestRegistrarContextCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sl := sleepRecorder{hook: func(int) { cancel() }}
-	r := NewRegistrar(RegistrarOptions{URL: "http://" + freeAddr(t), Sleep: sl.Sleep})
+	r := NewRegistrar(RegistrarOptions{URL: "http://" + proxytest.ClosedAddr(t), Sleep: sl.Sleep})
 	if err := r.Register(ctx, testPayload()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}

@@ -247,7 +247,7 @@ func abortMemory(res AbortResult) time.Duration {
 }
 
 func (p *Proxy) sendAbort(b *Backend, body []byte, timeout time.Duration) AbortResult {
-	res, err := b.Call(fasthttp.MethodPost, abortPath, body, timeout)
+	res, err := b.CallAsAdmin(fasthttp.MethodPost, abortPath, body, timeout)
 	switch {
 	case err != nil:
 		p.log.Debug().Str("backend", b.URL).Err(err).Msg("abort failed")

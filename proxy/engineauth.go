@@ -66,11 +66,6 @@ func (a *EngineAuth) legHeader() []byte {
 	return nil
 }
 
-// adminRoutes are the engine routes SGLang guards with --admin-api-key
-// (AuthLevel.ADMIN_OPTIONAL in its http_server.py) that pdlb calls of its
-// own accord.
-var adminRoutes = map[string]bool{abortPath: true}
-
 // authorization is the Authorization value of a call to path ("": none).
 func (a *EngineAuth) authorization(path string) string {
 	k := a.load()
@@ -78,8 +73,6 @@ func (a *EngineAuth) authorization(path string) string {
 	case k == nil, strings.HasPrefix(path, "/health"), strings.HasPrefix(path, "/metrics"):
 		// Open on every engine: a key would only travel further than needed.
 		return ""
-	case adminRoutes[path]:
-		return k.admin
 	}
 	return k.api
 }

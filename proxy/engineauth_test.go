@@ -20,11 +20,8 @@ func TestEngineAuthPerRoute(t *testing.T) {
 		{"info route", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/v1/loads", "Bearer k", "Authorization: Bearer k\r\n"},
 		{"health open", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/health", "", "Authorization: Bearer k\r\n"},
 		{"health_generate open", config.UpstreamAuth{APIKey: "k"}, "/health_generate", "", "Authorization: Bearer k\r\n"},
-		{"abort takes the admin key", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/abort_request", "Bearer a", "Authorization: Bearer k\r\n"},
 		{"a client's flush is not lent the admin key", config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "/flush_cache", "Bearer k", "Authorization: Bearer k\r\n"},
-		{"abort falls back to the api key", config.UpstreamAuth{APIKey: "k"}, "/abort_request", "Bearer k", "Authorization: Bearer k\r\n"},
 		{"admin key only", config.UpstreamAuth{AdminAPIKey: "a"}, "/generate", "", ""},
-		{"admin key only, abort", config.UpstreamAuth{AdminAPIKey: "a"}, "/abort_request", "Bearer a", ""},
 	} {
 		a := NewEngineAuth(tc.cfg)
 		if got := a.authorization(tc.path); got != tc.want {
@@ -34,8 +31,22 @@ func TestEngineAuthPerRoute(t *testing.T) {
 			t.Errorf("%s: leg header %q, want %q", tc.name, got, tc.wantLine)
 		}
 	}
+	// The admin key (aborts, the admin listener's flush), else the api key.
+	for _, tc := range []struct {
+		cfg  config.UpstreamAuth
+		want string
+	}{
+		{config.UpstreamAuth{APIKey: "k", AdminAPIKey: "a"}, "Bearer a"},
+		{config.UpstreamAuth{APIKey: "k"}, "Bearer k"},
+		{config.UpstreamAuth{AdminAPIKey: "a"}, "Bearer a"},
+		{config.UpstreamAuth{}, ""},
+	} {
+		if got := NewEngineAuth(tc.cfg).adminAuthorization(); got != tc.want {
+			t.Errorf("%+v: admin authorization %q, want %q", tc.cfg, got, tc.want)
+		}
+	}
 	var none *EngineAuth // a backend built without one
-	if none.authorization("/generate") != "" || none.legHeader() != nil {
+	if none.authorization("/generate") != "" || none.adminAuthorization() != "" || none.legHeader() != nil {
 		t.Error("a nil EngineAuth sends credentials")
 	}
 	a := NewEngineAuth(config.UpstreamAuth{APIKey: "old"})

@@ -378,8 +378,8 @@ func drainStream(l *leg, sr *sseReader) (bytes, events int, clean bool) {
 	for {
 		ev, err := sr.next()
 		if err != nil {
-			if !isEOF(err) && (l.isCancelled() || classify(err) == KindTimeout) {
-				l.giveUp(!l.isCancelled())
+			if cancelled := l.isCancelled(); !isEOF(err) && (cancelled || classify(err) == KindTimeout) {
+				l.giveUp(!cancelled)
 			}
 			l.closeStream(isEOF(err))
 			return bytes, events, isEOF(err)

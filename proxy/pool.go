@@ -117,7 +117,7 @@ type Ticket struct {
 	b    *Backend
 	br   *Breaker
 	done func(error)
-	// dp and dpRank count the request on one DP rank (TakeDPRank).
+	// dp and dpRank count the request on one DP rank (TakeLeastLoadedDPRank).
 	dp     *dpLoad
 	dpRank int
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -71,21 +72,15 @@ func abortsSettle(t *testing.T, l *lb, m *mock.Engine, want int) []string {
 // ridOf is the rid member of the last /generate-like body m received.
 func ridOf(t *testing.T, m *mock.Engine) string {
 	t.Helper()
-	for _, b := range slicesReverse(m.Stats().Bodies) {
+	bodies := m.Stats().Bodies // a copy
+	slices.Reverse(bodies)
+	for _, b := range bodies {
 		if b.Path != "/abort_request" {
 			return gjson.GetBytes(b.Body, "rid").Raw
 		}
 	}
 	t.Fatal("no generation request received")
 	return ""
-}
-
-func slicesReverse(b []mock.RecordedBody) []mock.RecordedBody {
-	out := make([]mock.RecordedBody, len(b))
-	for i := range b {
-		out[len(b)-1-i] = b[i]
-	}
-	return out
 }
 
 // bothAbortedOnce checks that each engine was asked once to abort rid, and

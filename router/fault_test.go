@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
@@ -486,16 +485,7 @@ func TestFaultSlowReaderIsBoundedByRequestTimeout(t *testing.T) {
 // afterwards in-flight counts, breakers and request counters add up.
 func TestFaultThousandClientsWithDisconnects(t *testing.T) {
 	const clients = 1000
-	engine := func(o mock.Options) *proxytest.Engine {
-		e := mock.New(o, zerolog.Nop())
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go e.Serve(ln)
-		t.Cleanup(func() { e.Shutdown() })
-		return &proxytest.Engine{URL: "http://" + ln.Addr().String()}
-	}
+	engine := func(o mock.Options) *proxytest.Engine { e, _ := mockEngine(t, o); return e }
 	fast := mock.Options{TokenDelay: 2 * time.Millisecond, OutputLen: 8}
 	pf := fast
 	pf.Role = mock.RolePrefill

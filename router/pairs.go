@@ -67,8 +67,11 @@ func (h *pairHealth) setRule(rule PairRule) {
 	}
 }
 
-// snapshot returns the avoided pairs in force at now, nil when none: the
-// request path's only read.
+// anyAvoided reports, with one load, whether some pair may be avoided (the
+// request path's first read; snapshot then tells which, at now).
+func (h *pairHealth) anyAvoided() bool { return h.avoided.Load() != nil }
+
+// snapshot returns the avoided pairs in force at now, nil when none.
 func (h *pairHealth) snapshot(now time.Time) *avoidedPairs {
 	a := h.avoided.Load()
 	if a == nil || now.Before(a.latest) {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"strconv"
+	"time"
 
 	"pdlb/config"
 	"pdlb/proxy"
@@ -63,8 +64,13 @@ func (r *Router) pickPair(q *request, exclude []*proxy.Backend) (proxy.Ticket, p
 }
 
 func (r *Router) pickPairAmong(q *request, pr policy.Request, s *selection) (proxy.Ticket, proxy.Ticket, string) {
-	now := r.clock.Now()
-	avoided := r.pairs.snapshot(now)
+	// The common case costs one load (no clock read): no pair avoided.
+	var avoided *avoidedPairs
+	var now time.Time
+	if r.pairs.anyAvoided() {
+		now = r.clock.Now()
+		avoided = r.pairs.snapshot(now)
+	}
 	if avoided == nil && len(q.failedPairs) == 0 {
 		pt, dt, _, why := r.pickPairWith(q, pr, s)
 		return pt, dt, why

@@ -62,13 +62,11 @@ func (r *Router) newSelection(exclude []*proxy.Backend) *selection {
 	return s
 }
 
-// release resets s (keeping its slices' capacity, without their
-// backends) and puts it back in the pool.
+// release resets s, keeping its slices' capacity (stopAvoiding and
+// clearRefused have emptied them, backends cleared), and puts it back in
+// the pool.
 func (s *selection) release() {
-	ok, tried, refused := s.ok, s.tried, s.refused
-	clear(tried[:cap(tried)])
-	clear(refused[:cap(refused)])
-	*s = selection{ok: ok, tried: tried[:0], refused: refused[:0]}
+	*s = selection{ok: s.ok, tried: s.tried[:0], refused: s.refused[:0]}
 	selections.Put(s)
 }
 
@@ -93,11 +91,11 @@ func (s *selection) accepts(b *proxy.Backend) bool {
 }
 
 func (s *selection) available(b *proxy.Backend) bool {
-	pool := s.r.pool
-	if pool.Available(b) && !contains(s.exclude, b) {
-		return true
+	if contains(s.exclude, b) {
+		return false
 	}
-	return s.registering && b.Role == proxy.Prefill && !pool.RegistryReady(b) && pool.AvailableIgnoringRegistry(b) && !contains(s.exclude, b)
+	pool := s.r.pool
+	return pool.Available(b) || s.registering && b.Role == proxy.Prefill && !pool.RegistryReady(b) && pool.AvailableIgnoringRegistry(b)
 }
 
 // avoids reports whether the pair of p and d failed this request already
@@ -110,8 +108,6 @@ func (s *selection) avoids(p, d *proxy.Backend) bool {
 // (at now) are passed over, and so are the prefills added to tried.
 func (s *selection) avoid(avoided *avoidedPairs, failed []Pair, now time.Time) {
 	s.avoiding, s.avoided, s.failed, s.now = true, avoided, failed, now
-	clear(s.tried)
-	s.tried = s.tried[:0]
 }
 
 // stopAvoiding ends the first round: every available pair is accepted.

@@ -2,11 +2,10 @@ package load
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
+	"pdlb/config"
 	"strings"
 	"time"
 
@@ -39,13 +38,9 @@ func newTarget(base, route string, opts Options) (*target, error) {
 	path := strings.TrimRight(u.Path, "/") + route
 	var tlsCfg *tls.Config
 	if u.Scheme == "https" && opts.CAFile != "" {
-		pem, err := os.ReadFile(opts.CAFile)
+		pool, err := config.LoadCAPool("--ca-file", opts.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("CA file %s: no PEM certificate", opts.CAFile)
+			return nil, err
 		}
 		tlsCfg = &tls.Config{RootCAs: pool}
 	}

@@ -16,7 +16,7 @@ import (
 // {"error": "Unauthorized"}.
 func (e *Engine) authorized(ctx *fasthttp.RequestCtx, route int) bool {
 	api, admin := e.opts.APIKey, e.opts.AdminAPIKey
-	if api == "" && admin == "" || route == 4 || route == 5 || bytes.HasPrefix(ctx.Path(), []byte("/health")) {
+	if api == "" && admin == "" || bytes.HasPrefix(ctx.Path(), []byte("/health")) {
 		return true
 	}
 	want := api
@@ -36,7 +36,8 @@ func (e *Engine) authorized(ctx *fasthttp.RequestCtx, route int) bool {
 }
 
 // bearerIs reports whether h is "Bearer <key>" (the scheme in any case, one
-// space), compared in constant time as SGLang does.
+// space), compared in constant time as SGLang does: stricter than pdlb's own
+// pdlb.Bearer, which also takes tabs and extra spaces.
 func bearerIs(h []byte, key string) bool {
 	const scheme = "bearer "
 	if len(h) < len(scheme) || !bytes.EqualFold(h[:len(scheme)], []byte(scheme)) {

@@ -169,18 +169,24 @@ current-context: x
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Stop)
-	waitFor(t, "a warning naming the missing grant", func() bool {
+	if !proxytest.WaitFor(10*time.Second, func() bool {
 		return strings.Contains(string(logs.Bytes()), `"level":"warn"`) && strings.Contains(string(logs.Bytes()), "forbidden")
-	})
+	}) {
+		t.Fatal("timed out waiting for a warning naming the missing grant")
+	}
 	api.forbidden.Store(false)
-	waitFor(t, "the Ready pod joins once allowed", func() bool { return sink.n() > 0 })
+	if !proxytest.WaitFor(10*time.Second, func() bool { return sink.n() > 0 }) {
+		t.Fatal("timed out waiting for the Ready pod to join once allowed")
+	}
 	sink.mu.Lock()
 	got := sink.got[0]
 	sink.mu.Unlock()
 	if got.Pod != "llm/prefill-0" || got.Role != proxy.Prefill || got.URL != "http://10.0.0.7:30000" {
 		t.Fatalf("joined %+v, want llm/prefill-0 as prefill at http://10.0.0.7:30000", got)
 	}
-	waitFor(t, "the first list is logged", func() bool { return strings.Contains(string(logs.Bytes()), "pods listed") })
+	if !proxytest.WaitFor(10*time.Second, func() bool { return strings.Contains(string(logs.Bytes()), "pods listed") }) {
+		t.Fatal("timed out waiting for the first list to be logged")
+	}
 	watched := false
 	for _, r := range api.asked() {
 		q := r.URL.Query()
@@ -216,15 +222,6 @@ current-context: x
 	klog.Flush()
 	if len(logs.Bytes()) != before {
 		t.Errorf("klog still writes to a stopped discovery's logger: %s", logs.Bytes()[before:])
-	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
 	}
 }
 

@@ -66,6 +66,10 @@ type Admin struct {
 	// AvoidedPairs, when set, lists the prefill–decode pairs avoided now
 	// (pair health), shown on both workers of each.
 	AvoidedPairs func() []router.AvoidedPair
+	// Flush, when set, answers POST /flush_cache: the engines' flush sent
+	// with upstream_auth's admin key, which the serving listener's
+	// /flush_cache is never lent.
+	Flush fasthttp.RequestHandler
 }
 
 // NewAdmin builds the admin API; apiKey "" leaves it open (bind it to
@@ -136,13 +140,16 @@ func (a *Admin) Handler(ctx *fasthttp.RequestCtx) {
 	switch path := string(ctx.Path()); path {
 	case "/workers":
 	case "/workers/undrain":
-		if string(ctx.Method()) != fasthttp.MethodPost {
-			ctx.Response.Header.Set("Allow", "POST")
-			pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest,
-				"method "+string(ctx.Method())+" not allowed on /workers/undrain; use POST")
-			return
+		if postOnly(ctx, path) {
+			a.undrain(ctx)
 		}
-		a.undrain(ctx)
+		return
+	case "/flush_cache":
+		if a.Flush == nil {
+			pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "no admin route for "+path)
+		} else if postOnly(ctx, path) {
+			a.Flush(ctx)
+		}
 		return
 	default:
 		pdlb.WriteError(ctx, fasthttp.StatusNotFound, pdlb.ErrNotFound, "no admin route for "+path)
@@ -160,6 +167,18 @@ func (a *Admin) Handler(ctx *fasthttp.RequestCtx) {
 		pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest,
 			"method "+string(ctx.Method())+" not allowed on /workers; use GET, POST or DELETE")
 	}
+}
+
+// postOnly answers 405 to a method other than POST on path, and reports
+// whether the request is a POST.
+func postOnly(ctx *fasthttp.RequestCtx, path string) bool {
+	if string(ctx.Method()) == fasthttp.MethodPost {
+		return true
+	}
+	ctx.Response.Header.Set("Allow", "POST")
+	pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest,
+		"method "+string(ctx.Method())+" not allowed on "+path+"; use POST")
+	return false
 }
 
 // authorized checks admin.api_key, answering 401 when it is missing.

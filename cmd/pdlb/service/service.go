@@ -42,9 +42,6 @@ type Service struct {
 	tls *serviceTLS
 	// engineAuth is upstream_auth, shared by every backend.
 	engineAuth *proxy.EngineAuth
-	// adminFlush is the admin listener's POST /flush_cache: the engines'
-	// admin key, which the serving listener's /flush_cache is never lent.
-	adminFlush fasthttp.RequestHandler
 	cluster    *clusterWiring // nil for one instance (no cluster.etcd.endpoints)
 	forget     *forgetter     // nil unless bootstrap.forget_after (embedded mode)
 	// discovery is nil unless discovery.kubernetes.enabled.
@@ -125,7 +122,6 @@ func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, er
 		ro.Tracer = tp.Tracer("pdlb")
 	}
 	s.Router = router.New(ro)
-	s.adminFlush = s.Router.AdminBroadcast(fasthttp.MethodPost, "/flush_cache")
 	if cfg.Bootstrap.ForgetAfter > 0 && s.reg.registry != nil {
 		var replica *etcdstore.Replica
 		timeout := config.Default().Cluster.Etcd.RequestTimeout
@@ -138,6 +134,7 @@ func New(cfg *config.Config, log zerolog.Logger, opts ...Option) (_ *Service, er
 	s.admin = NewAdmin(s.Pool, s.NewBackend, cfg.Admin.APIKey, log.With().Str("listener", "admin").Logger())
 	s.admin.OnDrained = func(b *proxy.Backend) { s.reg.detach(b, s.Pool) }
 	s.admin.AvoidedPairs = s.Router.AvoidedPairs
+	s.admin.Flush = s.Router.AdminBroadcast(fasthttp.MethodPost, "/flush_cache")
 	if s.cluster != nil {
 		s.admin.Shared, s.admin.Timeout = clusterWorkers{s.cluster, s.Pool}, cfg.Cluster.Etcd.RequestTimeout
 	}
@@ -239,16 +236,6 @@ func (s *Service) adminHandler(ctx *fasthttp.RequestCtx) {
 		}
 	case s.status.serves(path):
 		s.status.handle(ctx)
-	case path == "/flush_cache":
-		if !s.admin.authorized(ctx) {
-			return
-		}
-		if string(ctx.Method()) != fasthttp.MethodPost {
-			ctx.Response.Header.Set("Allow", "POST")
-			pdlb.WriteError(ctx, fasthttp.StatusMethodNotAllowed, pdlb.ErrInvalidRequest, "method "+string(ctx.Method())+" not allowed on /flush_cache; use POST")
-			return
-		}
-		s.adminFlush(ctx)
 	default:
 		s.admin.Handler(ctx)
 	}
