@@ -73,7 +73,8 @@ type Exchange struct {
 	AbortsSent *sync.WaitGroup
 	// Resumable marks a stream its caller may continue elsewhere when the
 	// decode breaks mid-way (mid-stream migration): Relay then keeps a copy
-	// of the last event it wrote and, instead of ending the client's stream
+	// of the last event it wrote (unless Stream.KeepLast(false)) and,
+	// instead of ending the client's stream
 	// with an error event, returns (RelayResult.Resumable, Last) and leaves
 	// the ending to the caller (WriteStreamError).
 	Resumable bool
@@ -440,6 +441,7 @@ func (a *attempt) runDecode(firstByte time.Time) (*Answer, *UpstreamError) {
 	}
 	s.ticket = x.Decode
 	s.resumable = x.Resumable && !s.merge
+	s.keepLast = s.resumable
 	a.ans = Answer{Status: 200, ContentType: eventStreamType, Stream: s, a: a}
 	return &a.ans, nil
 }

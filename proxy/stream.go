@@ -30,11 +30,18 @@ type Stream struct {
 	now      func() time.Time
 	// firstAt is when the first event arrived (set only when traced).
 	firstAt time.Time
-	// resumable keeps in last a copy of the last event written
-	// (Exchange.Resumable); the buffer is reused, like scratch.
-	resumable bool
-	last      []byte
+	// resumable: a break mid-way is returned, not written (Exchange.
+	// Resumable). keepLast keeps in last a copy of the last event written
+	// for RelayResult.Last (the buffer is reused, like scratch), unless the
+	// caller keeps it itself (KeepLast).
+	resumable, keepLast bool
+	last                []byte
 }
+
+// KeepLast says whether Relay copies each event for RelayResult.Last: a
+// caller whose EventWriter keeps what it wrote (a migrated or batch stream's)
+// turns it off, so each event is copied once, not twice.
+func (s *Stream) KeepLast(keep bool) { s.keepLast = keep && s.resumable }
 
 // openDecodeStream reads the decode's first event before firstByte.
 func (a *attempt) openDecodeStream(firstByte time.Time) (*Stream, *UpstreamError) {
@@ -116,7 +123,7 @@ func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duratio
 			return res
 		}
 		res.Events++
-		if s.resumable {
+		if s.keepLast {
 			s.last = append(s.last[:0], ev...) // ev is gone after the next read
 		}
 		if done {
@@ -139,7 +146,10 @@ func (s *Stream) Relay(w EventWriter, client net.Conn, writeTimeout time.Duratio
 			res.Err = uerr
 			s.release(false)
 			if s.resumable && kind != KindCancelled && (s.deadline.IsZero() || s.now().Before(s.deadline)) {
-				res.Resumable, res.Last = true, bytes.Clone(s.last)
+				res.Resumable = true
+				if s.keepLast {
+					res.Last = bytes.Clone(s.last)
+				}
 				return res
 			}
 			res.Bytes += WriteStreamError(w, uerr)

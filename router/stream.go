@@ -75,6 +75,7 @@ func (q *request) relay(s *proxy.Stream) {
 	if q.resumable && q.parsed.batch > 0 { // its items' last events are kept here
 		cw = newContinuedWriter(w, true, q.parsed.batch)
 		out = cw
+		s.KeepLast(false)
 	}
 	res := s.Relay(out, q.conn, wt)
 	q.bytes, q.events = res.Bytes, res.Events
@@ -83,6 +84,7 @@ func (q *request) relay(s *proxy.Stream) {
 			res.Err = q.err
 			break
 		}
+		s.KeepLast(false) // cw keeps each item's last event
 		res = s.Relay(cw, q.conn, wt)
 		q.bytes, q.events = q.bytes+res.Bytes, q.events+res.Events
 	}
